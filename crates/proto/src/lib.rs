@@ -1,0 +1,30 @@
+//! Wire types of edgeprof: the only crate that defines them.
+//!
+//! Everything here is generated from the `.proto` files under `proto/` at the
+//! repository root and committed under `src/gen/`. A test regenerates the code
+//! into a temporary directory and fails if it differs; run
+//! `cargo xtask codegen` after editing a `.proto` file.
+//!
+//! - [`pprof`]: the pprof profile format (`perftools.profiles`), always built.
+//! - [`v1`]: the agent ⇄ control-plane gRPC contract, behind the default
+//!   `grpc` feature so that no-IO crates (such as `edgeprof-pprof`) can use the
+//!   profile types without linking tonic.
+//!
+//! This crate must never depend on another edgeprof crate, nor contain logic
+//! beyond the generated code: domain types and conversions live at the edges.
+
+#![allow(missing_docs)]
+
+/// The pprof profile format, field for field as google/pprof publishes it.
+pub mod pprof {
+    include!("gen/perftools.profiles.rs");
+}
+
+/// The agent ⇄ control-plane gRPC contract (`proto/edgeprof/v1/agent.proto`).
+#[cfg(feature = "grpc")]
+pub mod v1 {
+    include!("gen/edgeprof.v1.rs");
+}
+
+#[cfg(test)]
+mod codegen;

@@ -1,1 +1,3 @@
+//! Benchmarks of the pprof crate.
+
 fn main() {}

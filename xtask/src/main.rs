@@ -1,4 +1,44 @@
 //! `cargo xtask`: the one entry point for edgeprof's automation.
 //!
-//! Kept light on purpose (std only) so it compiles in seconds on a fresh machine.
-fn main() {}
+//! Kept light on purpose (std only, no dependencies) so it compiles in seconds
+//! on a fresh machine. Each task lives in its own module; `main` only
+//! dispatches.
+//!
+//! - `ci`: the whole test suite (what `.ci/run` runs): installs what it needs,
+//!   then fmt, clippy, tests.
+//! - `codegen`: regenerates `crates/proto/src/gen` from `proto/`.
+
+mod ci;
+mod util;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((t, r)) => (t.as_str(), r),
+        None => ("help", &[][..]),
+    };
+    let result = match task {
+        "ci" => ci::run(rest),
+        "codegen" => ci::codegen(),
+        "help" | "--help" | "-h" => {
+            println!("{}", HELP);
+            Ok(())
+        }
+        other => Err(format!("unknown task `{other}`\n\n{HELP}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const HELP: &str = "usage: cargo xtask <task>
+
+tasks:
+  ci         run the whole test suite (installs what it needs)
+  codegen    regenerate crates/proto/src/gen from proto/";

@@ -1,0 +1,81 @@
+//! `edgeprof`: the command-line front of edgeprof.
+//!
+//! Offline commands work on `.pprof` files (`top`, `merge`, `collapse`);
+//! online ones talk to a control plane over its REST API. This binary is thin
+//! glue: parsing flags (clap), converting them once into the libraries'
+//! options, printing. Data goes to stdout, messages to stderr; bad input exits
+//! 1 with a one-line cause naming the file; a closed stdout pipe is not an
+//! error.
+//!
+//! It never talks to a database or to agents directly, and defines no wire
+//! types of its own.
+
+mod offline;
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// edgeprof: profile live serverless isolates, and read pprof files.
+#[derive(Debug, Parser)]
+#[command(name = "edgeprof", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
+    Top(offline::TopArgs),
+    /// Merge profiles of one kind into one gzip'd pprof file.
+    Merge {
+        /// Profiles to merge (`.pprof`, gzip'd or raw).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Where to write the merged profile.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Collapsed ("folded") stacks for flamegraph tools: `a;b;c VALUE` per line.
+    Collapse {
+        /// Profile to read (`-` for stdin).
+        file: PathBuf,
+        /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
+        #[arg(long, short = 'i')]
+        sample_index: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let result = match cli.command {
+        Command::Top(args) => offline::top(&args, &mut out),
+        Command::Merge { files, output } => offline::merge(&files, &output),
+        Command::Collapse { file, sample_index } => {
+            offline::collapse(&file, sample_index.as_deref(), &mut out)
+        }
+    }
+    .and_then(|code| {
+        out.flush()?;
+        Ok(code)
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgeprof: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}

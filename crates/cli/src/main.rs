@@ -11,6 +11,7 @@
 //! types of its own.
 
 mod offline;
+mod online;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -22,12 +23,22 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "edgeprof", version, about, long_about = None)]
 struct Cli {
+    #[command(flatten)]
+    connection: online::Connection,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Capture a CPU or heap profile of a script's live isolates.
+    Profile(online::ProfileArgs),
+    /// Where a script runs: data center, machine, isolate, version, traffic.
+    Targets(online::TargetsArgs),
+    /// Upload a new version of a script.
+    Deploy(online::DeployArgs),
+    /// Past and running capture sessions.
+    Sessions(online::SessionsArgs),
     /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
     Top(offline::TopArgs),
     /// Merge profiles of one kind into one gzip'd pprof file.
@@ -53,6 +64,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = io::BufWriter::new(io::stdout().lock());
     let result = match cli.command {
+        Command::Profile(args) => online::profile(&cli.connection, &args, &mut out),
+        Command::Targets(args) => online::targets(&cli.connection, &args, &mut out),
+        Command::Deploy(args) => online::deploy(&cli.connection, &args, &mut out),
+        Command::Sessions(args) => online::sessions(&cli.connection, &args, &mut out),
         Command::Top(args) => offline::top(&args, &mut out),
         Command::Merge { files, output } => offline::merge(&files, &output),
         Command::Collapse { file, sample_index } => {

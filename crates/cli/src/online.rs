@@ -1,0 +1,493 @@
+//! Commands that talk to a control plane over its REST API (`/v1/...`).
+//!
+//! Responses are read as JSON values and only the fields each command shows
+//! are required, so a newer control plane with extra fields still works.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Value, json};
+
+/// Where the control plane is and who is asking; from flags or environment.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Connection {
+    /// Control plane base URL.
+    #[arg(
+        long,
+        env = "EDGEPROF_URL",
+        global = true,
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub url: String,
+    /// API token (bearer).
+    #[arg(long, env = "EDGEPROF_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Account that owns the scripts.
+    #[arg(long, env = "EDGEPROF_ACCOUNT", global = true)]
+    pub account: Option<String>,
+}
+
+/// Flags of `edgeprof profile`.
+#[derive(Debug, clap::Args)]
+pub struct ProfileArgs {
+    /// Script to profile.
+    pub script: String,
+    /// Version: `latest`, a version id, or a unique prefix of ≥ 8 characters.
+    #[arg(long, default_value = "latest")]
+    pub version: String,
+    /// What to profile.
+    #[arg(long = "type", value_enum, default_value_t = Kind::Cpu)]
+    pub kind: Kind,
+    /// How long to capture (`10s`, `2500ms`; 1–50 s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Profile one Durable Object: `NAMESPACE:ID` (ID = 64 hex characters).
+    #[arg(long, value_name = "NAMESPACE:ID")]
+    pub durable_object: Option<String>,
+    /// Only isolates in this data center (e.g. `lhr`).
+    #[arg(long, value_name = "CODE")]
+    pub data_center: Option<String>,
+    /// Write the gzip'd pprof here (default: stdout, when it is not a terminal).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Print the final session as JSON on stdout (requires -o).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Profile kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// Where CPU time goes.
+    Cpu,
+    /// What allocates memory and what stays live.
+    Heap,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Cpu => "cpu",
+            Kind::Heap => "heap",
+        }
+    }
+}
+
+/// `10s`, `1500ms`, `2m`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 10s, 2500ms)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}` is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+struct Client {
+    http: reqwest::blocking::Client,
+    base: String,
+    token: String,
+    account: String,
+}
+
+impl Client {
+    fn new(c: &Connection) -> Result<Self> {
+        let token = c
+            .token
+            .clone()
+            .ok_or_else(|| anyhow!("no API token: pass --token or set EDGEPROF_TOKEN"))?;
+        let account = c
+            .account
+            .clone()
+            .ok_or_else(|| anyhow!("no account: pass --account or set EDGEPROF_ACCOUNT"))?;
+        if c.url.starts_with("https://") {
+            bail!(
+                "{}: https is not supported by this build yet; use http:// (loopback or a TLS-terminating proxy)",
+                c.url
+            );
+        }
+        let http = reqwest::blocking::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(120))
+            .build()?;
+        Ok(Client {
+            http,
+            base: c.url.trim_end_matches('/').to_owned(),
+            token,
+            account,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/v1/accounts/{}{}", self.base, self.account, path)
+    }
+
+    fn send(
+        &self,
+        req: reqwest::blocking::RequestBuilder,
+        what: &str,
+    ) -> Result<reqwest::blocking::Response> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .with_context(|| format!("{what}: cannot reach the control plane at {}", self.base))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = resp.text().unwrap_or_default();
+        let parsed: Option<Value> = serde_json::from_str(&body).ok();
+        let message = parsed
+            .as_ref()
+            .and_then(|v| v["error"]["message"].as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| body.trim().chars().take(300).collect());
+        let code = parsed
+            .as_ref()
+            .and_then(|v| v["error"]["code"].as_str())
+            .unwrap_or("")
+            .to_owned();
+        let mut line = format!("{what}: {message} (HTTP {}", status.as_u16());
+        if !code.is_empty() {
+            line.push_str(&format!(", {code}"));
+        }
+        if let Some(r) = retry_after {
+            line.push_str(&format!(", retry after {r} s"));
+        }
+        line.push(')');
+        Err(anyhow!(line))
+    }
+
+    fn get_json(&self, path: &str, what: &str) -> Result<Value> {
+        let resp = self.send(self.http.get(self.url(path)), what)?;
+        resp.json()
+            .with_context(|| format!("{what}: the control plane sent invalid JSON"))
+    }
+}
+
+pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    let to_stdout = args.output.is_none();
+    if to_stdout && std::io::stdout().is_terminal() {
+        bail!(
+            "refusing to write a binary profile to the terminal: pass -o FILE or redirect stdout"
+        );
+    }
+    if args.json && to_stdout {
+        bail!("--json prints the session on stdout, so the profile needs -o FILE");
+    }
+    let mut body = json!({
+        "script": args.script,
+        "version": args.version,
+        "profile_type": args.kind.as_str(),
+        "duration_ms": args.duration.as_millis() as u64,
+    });
+    if let Some(dobj) = &args.durable_object {
+        let (ns, id) = dobj
+            .split_once(':')
+            .ok_or_else(|| anyhow!("--durable-object must be NAMESPACE:ID (got `{dobj}`)"))?;
+        body["namespace_id"] = json!(ns);
+        body["actor_id"] = json!(id);
+    }
+    if let Some(dc) = &args.data_center {
+        body["data_center"] = json!(dc);
+    }
+    let what = format!("profile {}", args.script);
+    let started: Value = client
+        .send(client.http.post(client.url("/profiles")).json(&body), &what)?
+        .json()
+        .with_context(|| format!("{what}: the control plane sent invalid JSON"))?;
+    let id = started["id"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{what}: the control plane's answer has no session id"))?
+        .to_owned();
+
+    let bar = indicatif::ProgressBar::new(args.duration.as_millis() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {elapsed}/{prefix}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("{:?}", args.duration));
+    bar.set_message(format!(
+        "capturing {} {} ({})",
+        args.script,
+        args.kind.as_str(),
+        id
+    ));
+    let t0 = Instant::now();
+    // The server bounds a capture by duration + slack; this bounds the wait
+    // for a server that stops answering.
+    let give_up = args.duration + Duration::from_secs(60);
+    let session = loop {
+        let s = client.get_json(&format!("/profiles/{id}"), &what)?;
+        let status = s["status"].as_str().unwrap_or("").to_owned();
+        let answered = s["progress"]["machines_answered"].as_u64();
+        let total = s["progress"]["machines_total"].as_u64();
+        if let (Some(a), Some(t)) = (answered, total) {
+            bar.set_message(format!(
+                "{status} {} — {a}/{t} machines answered",
+                args.script
+            ));
+        } else {
+            bar.set_message(format!("{status} {}", args.script));
+        }
+        bar.set_position((t0.elapsed().as_millis() as u64).min(args.duration.as_millis() as u64));
+        if matches!(status.as_str(), "done" | "partial" | "failed") {
+            break s;
+        }
+        if t0.elapsed() > give_up {
+            bar.finish_and_clear();
+            bail!(
+                "{what}: session {id} still `{status}` after {:?}; giving up",
+                give_up
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    bar.finish_and_clear();
+
+    let status = session["status"].as_str().unwrap_or("");
+    if status == "failed" {
+        let reason = session["error"]
+            .as_str()
+            .or(session["reason"].as_str())
+            .unwrap_or("no reason given");
+        bail!("{what}: capture {id} failed: {reason}");
+    }
+    let bytes = client
+        .send(
+            client
+                .http
+                .get(client.url(&format!("/profiles/{id}/pprof"))),
+            &what,
+        )?
+        .bytes()
+        .with_context(|| format!("{what}: cannot download the profile"))?;
+    match &args.output {
+        Some(path) => {
+            crate::offline::write_atomically(path, &bytes)?;
+            eprintln!(
+                "edgeprof: wrote {} ({} bytes, session {id}, {status})",
+                path.display(),
+                bytes.len()
+            );
+        }
+        None => out.write_all(&bytes)?,
+    }
+    if args.json {
+        serde_json::to_writer(&mut *out, &session)?;
+        writeln!(out)?;
+    }
+    if status == "partial" {
+        let missing = session["missing_machines"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        m.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| m.to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        eprintln!("edgeprof: partial capture: no profile from {missing}");
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `edgeprof targets`.
+#[derive(Debug, clap::Args)]
+pub struct TargetsArgs {
+    /// Script whose isolates to list.
+    pub script: String,
+    /// Version selector (`latest`, id, prefix); default: every deployed version.
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Print the control plane's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn targets(conn: &Connection, args: &TargetsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    let mut path = format!("/scripts/{}/targets", args.script);
+    if let Some(v) = &args.version {
+        path.push_str(&format!("?version={v}"));
+    }
+    let doc = client.get_json(&path, &format!("targets {}", args.script))?;
+    if args.json {
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = doc["targets"]
+        .as_array()
+        .or(doc.as_array())
+        .cloned()
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{:<6} {:<14} {:<38} {:<12} {:>8}  durable objects",
+        "dc", "machine", "isolate", "version", "req/min"
+    )?;
+    for t in &rows {
+        let s = |k: &str| t[k].as_str().unwrap_or("").to_owned();
+        let per_min = t["requests_per_minute"]
+            .as_f64()
+            .or_else(|| t["requests_last_60s"].as_f64())
+            .unwrap_or(0.0);
+        let dos = t["durable_objects"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let version: String = s("version_id").chars().take(12).collect();
+        writeln!(
+            out,
+            "{:<6} {:<14} {:<38} {:<12} {:>8.0}  {}",
+            s("data_center"),
+            s("machine"),
+            s("isolate"),
+            version,
+            per_min,
+            dos
+        )?;
+    }
+    if rows.is_empty() {
+        eprintln!(
+            "edgeprof: no isolates of {} served traffic in the last 60 s",
+            args.script
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `edgeprof deploy`.
+#[derive(Debug, clap::Args)]
+pub struct DeployArgs {
+    /// Script to add a version to (created on first deploy).
+    pub script: String,
+    /// The worker module.
+    pub wasm: PathBuf,
+    /// Share of traffic for the new version (versions are weighted against each other).
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// Print the control plane's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn deploy(conn: &Connection, args: &DeployArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    let bytes = std::fs::read(&args.wasm)
+        .with_context(|| format!("{}: cannot read", args.wasm.display()))?;
+    if !bytes.starts_with(b"\0asm") {
+        bail!(
+            "{}: not a WebAssembly module (no \\0asm header)",
+            args.wasm.display()
+        );
+    }
+    let mut url = client.url(&format!("/scripts/{}/versions", args.script));
+    if let Some(w) = args.weight {
+        url.push_str(&format!("?weight={w}"));
+    }
+    let doc: Value = client
+        .send(
+            client
+                .http
+                .post(url)
+                .header("content-type", "application/wasm")
+                .body(bytes),
+            &format!("deploy {}", args.script),
+        )?
+        .json()?;
+    if args.json {
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+    } else {
+        let id = doc["id"]
+            .as_str()
+            .or(doc["version_id"].as_str())
+            .unwrap_or("");
+        writeln!(out, "{id}")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `edgeprof sessions`.
+#[derive(Debug, clap::Args)]
+pub struct SessionsArgs {
+    /// Only sessions of this script.
+    #[arg(long)]
+    pub script: Option<String>,
+    /// Print the control plane's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn sessions(conn: &Connection, args: &SessionsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    let mut path = "/profiles".to_owned();
+    if let Some(s) = &args.script {
+        path.push_str(&format!("?script={s}"));
+    }
+    let doc = client.get_json(&path, "sessions")?;
+    if args.json {
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = doc["profiles"]
+        .as_array()
+        .or(doc["sessions"].as_array())
+        .or(doc.as_array())
+        .cloned()
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "{:<38} {:<20} {:<5} {:<9} {:>7}  created",
+        "id", "script", "type", "status", "ms"
+    )?;
+    for s in &rows {
+        let f = |k: &str| s[k].as_str().unwrap_or("").to_owned();
+        writeln!(
+            out,
+            "{:<38} {:<20} {:<5} {:<9} {:>7}  {}",
+            f("id"),
+            f("script"),
+            f("profile_type"),
+            f("status"),
+            s["duration_ms"].as_u64().unwrap_or(0),
+            f("created_at")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,145 @@
+//! Flags and environment → one validated [`Config`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+
+/// Command-line flags (each also readable from an `EDGEPROF_*` variable).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "edgeprof-node-agent", version, about = "edgeprof node agent: hosts isolates and captures their profiles")]
+pub struct Args {
+    /// Data center code of this machine (e.g. `lhr`).
+    #[arg(long, env = "EDGEPROF_DATA_CENTER")]
+    pub data_center: String,
+    /// Machine id, unique in the fleet.
+    #[arg(long, env = "EDGEPROF_MACHINE_ID")]
+    pub machine_id: String,
+    /// Control plane gRPC URL.
+    #[arg(long, env = "EDGEPROF_CONTROL_PLANE", default_value = "http://127.0.0.1:9090")]
+    pub control_plane: String,
+    /// HTTP ingress listen address (port 0 = any free port).
+    #[arg(long, env = "EDGEPROF_HTTP_LISTEN", default_value = "127.0.0.1:8081")]
+    pub http_listen: SocketAddr,
+    /// gRPC (NodeAgent) listen address (port 0 = any free port).
+    #[arg(long, env = "EDGEPROF_GRPC_LISTEN", default_value = "127.0.0.1:9091")]
+    pub grpc_listen: SocketAddr,
+    /// Host name other machines and the control plane reach this one by.
+    #[arg(long, env = "EDGEPROF_ADVERTISE_HOST", default_value = "127.0.0.1")]
+    pub advertise_host: String,
+    /// Shared secret presented to the control plane and required from it.
+    #[arg(long, env = "EDGEPROF_AGENT_SECRET", hide_env_values = true)]
+    pub agent_secret: String,
+    /// Linear-memory limit of one isolate, in MiB.
+    #[arg(long, env = "EDGEPROF_ISOLATE_MEMORY_MIB", default_value_t = 128)]
+    pub isolate_memory_mib: u64,
+    /// CPU time one request may use before it is stopped, in milliseconds.
+    #[arg(long, env = "EDGEPROF_REQUEST_CPU_LIMIT_MS", default_value_t = 30_000)]
+    pub request_cpu_limit_ms: u64,
+    /// Default CPU sampling interval, in milliseconds (1–100).
+    #[arg(long, env = "EDGEPROF_SAMPLING_INTERVAL_MS", default_value_t = 1)]
+    pub sampling_interval_ms: u64,
+    /// How often to heartbeat, in milliseconds.
+    #[arg(long, env = "EDGEPROF_HEARTBEAT_MS", default_value_t = 2000)]
+    pub heartbeat_ms: u64,
+    /// Most isolates per busy script version.
+    #[arg(long, env = "EDGEPROF_MAX_ISOLATES_PER_VERSION", default_value_t = 4)]
+    pub max_isolates_per_version: usize,
+    /// Isolates idle this long (seconds) are reclaimed.
+    #[arg(long, env = "EDGEPROF_IDLE_ISOLATE_SECS", default_value_t = 120)]
+    pub idle_isolate_secs: u64,
+    /// Write `{"http": ..., "grpc": ...}` with the bound addresses here once listening.
+    #[arg(long, env = "EDGEPROF_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+    /// Validate the configuration, print it, and exit.
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// The agent's validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Data center code.
+    pub data_center: String,
+    /// Machine id.
+    pub machine_id: String,
+    /// Control plane gRPC URL.
+    pub control_plane: String,
+    /// HTTP ingress listen address.
+    pub http_listen: SocketAddr,
+    /// gRPC listen address.
+    pub grpc_listen: SocketAddr,
+    /// Host others reach this machine by.
+    pub advertise_host: String,
+    /// Shared agent secret.
+    pub agent_secret: String,
+    /// Isolate linear-memory limit in bytes.
+    pub isolate_memory_bytes: u64,
+    /// Per-request CPU limit.
+    pub request_cpu_limit: Duration,
+    /// Default sampling interval.
+    pub sampling_interval: Duration,
+    /// Heartbeat period.
+    pub heartbeat: Duration,
+    /// Most isolates per script version.
+    pub max_isolates_per_version: usize,
+    /// Idle isolates are reclaimed after this.
+    pub idle_isolate: Duration,
+    /// Where to write bound addresses.
+    pub ready_file: Option<PathBuf>,
+    /// Only check the configuration.
+    pub check_only: bool,
+}
+
+impl TryFrom<Args> for Config {
+    type Error = anyhow::Error;
+
+    fn try_from(a: Args) -> Result<Self> {
+        let code_ok = |s: &str| !s.is_empty() && s.len() <= 32 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !code_ok(&a.data_center) {
+            bail!("--data-center `{}`: use 1–32 letters, digits, `-` or `_`", a.data_center);
+        }
+        if !code_ok(&a.machine_id) {
+            bail!("--machine-id `{}`: use 1–32 letters, digits, `-` or `_`", a.machine_id);
+        }
+        if !(a.control_plane.starts_with("http://") || a.control_plane.starts_with("https://")) {
+            bail!("--control-plane `{}`: must be an http:// or https:// URL", a.control_plane);
+        }
+        if a.agent_secret.len() < 8 {
+            bail!("--agent-secret: must be at least 8 characters");
+        }
+        if !(1..=4096).contains(&a.isolate_memory_mib) {
+            bail!("--isolate-memory-mib {}: must be 1–4096", a.isolate_memory_mib);
+        }
+        if !(1..=100).contains(&a.sampling_interval_ms) {
+            bail!("--sampling-interval-ms {}: must be 1–100", a.sampling_interval_ms);
+        }
+        if !(100..=60_000).contains(&a.heartbeat_ms) {
+            bail!("--heartbeat-ms {}: must be 100–60000", a.heartbeat_ms);
+        }
+        if a.request_cpu_limit_ms == 0 {
+            bail!("--request-cpu-limit-ms: must be positive");
+        }
+        if a.max_isolates_per_version == 0 {
+            bail!("--max-isolates-per-version: must be at least 1");
+        }
+        Ok(Config {
+            data_center: a.data_center,
+            machine_id: a.machine_id,
+            control_plane: a.control_plane.trim_end_matches('/').to_owned(),
+            http_listen: a.http_listen,
+            grpc_listen: a.grpc_listen,
+            advertise_host: a.advertise_host,
+            agent_secret: a.agent_secret,
+            isolate_memory_bytes: a.isolate_memory_mib << 20,
+            request_cpu_limit: Duration::from_millis(a.request_cpu_limit_ms),
+            sampling_interval: Duration::from_millis(a.sampling_interval_ms),
+            heartbeat: Duration::from_millis(a.heartbeat_ms),
+            max_isolates_per_version: a.max_isolates_per_version,
+            idle_isolate: Duration::from_secs(a.idle_isolate_secs),
+            ready_file: a.ready_file,
+            check_only: a.check_config,
+        })
+    }
+}

@@ -1,0 +1,312 @@
+//! HTTP ingress: worker traffic in, responses out; plus `/metrics`,
+//! `/healthz` and `/debug/pprof/profile` for operators.
+//!
+//! - `/{script}/…` goes to an isolate of a version picked by the deployment weights.
+//! - `/do/{namespace}/{id}/…` goes to the one isolate of that Durable Object;
+//!   the namespace names the script that implements it. A machine that does
+//!   not own the object asks the control plane where it lives (placing it here
+//!   on first use) and forwards the request there.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use edgeprof_sampler::Request as WorkerRequest;
+use rand::Rng;
+
+use crate::hosting::{Hosting, ServeError, VersionRef};
+use crate::metrics::Metrics;
+use crate::registry::{DeployedScript, Registry};
+
+/// Largest request body passed to a worker.
+pub const MAX_BODY: usize = 1 << 20;
+/// Header marking a request forwarded by another agent (loops are refused).
+pub const FORWARDED: &str = "x-edgeprof-forwarded";
+
+/// Shared state of the ingress.
+#[derive(Debug, Clone)]
+pub struct Ingress {
+    /// Isolates of this machine.
+    pub hosting: Arc<Hosting>,
+    /// Control plane connection.
+    pub registry: Arc<Registry>,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Where Durable Objects owned elsewhere live: key → owner HTTP base URL.
+    pub remote_objects: Arc<Mutex<HashMap<String, String>>>,
+    /// Client used to forward Durable Object requests.
+    pub http: reqwest::Client,
+}
+
+/// The router.
+pub fn app(state: Ingress) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .route("/debug/pprof/profile", get(native_profile))
+        .route("/do/{namespace}/{id}", any(durable_object))
+        .route("/do/{namespace}/{id}/{*rest}", any(durable_object))
+        .route("/{script}", any(script))
+        .route("/{script}/{*rest}", any(script))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({"error": {"code": status.canonical_reason().unwrap_or("error").to_lowercase().replace(' ', "_"), "message": message.into()}});
+    (status, [("content-type", "application/json")], body.to_string()).into_response()
+}
+
+async fn metrics(State(s): State<Ingress>) -> Response {
+    let slots = s.hosting.slots();
+    let memory: u64 = slots.iter().map(|s| s.memory_bytes()).sum();
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.metrics.render(slots.len(), memory),
+    )
+        .into_response()
+}
+
+async fn native_profile(Query(q): Query<HashMap<String, String>>) -> Response {
+    let seconds: u64 = match q.get("seconds").map(|s| s.parse()) {
+        None => 10,
+        Some(Ok(n)) if (1..=60).contains(&n) => n,
+        _ => return error(StatusCode::BAD_REQUEST, "seconds: must be an integer 1–60"),
+    };
+    match crate::native::profile(Duration::from_secs(seconds)).await {
+        Ok(bytes) => ([("content-type", "application/octet-stream")], bytes).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("native profile: {e:#}")),
+    }
+}
+
+fn worker_request(method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes, strip: usize) -> WorkerRequest {
+    let path = uri.path();
+    let rest = path
+        .splitn(strip + 2, '/')
+        .nth(strip + 1)
+        .map(|r| format!("/{r}"))
+        .unwrap_or_else(|| "/".into());
+    let path = match uri.query() {
+        Some(q) => format!("{rest}?{q}"),
+        None => rest,
+    };
+    WorkerRequest {
+        method: method.as_str().to_owned(),
+        path,
+        headers: headers
+            .iter()
+            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+            .collect(),
+        body: body.to_vec(),
+    }
+}
+
+fn worker_response(r: edgeprof_sampler::Response) -> Response {
+    let mut builder = axum::http::Response::builder().status(StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK));
+    for (k, v) in &r.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    builder
+        .body(Body::from(r.body))
+        .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "the worker returned an invalid header"))
+}
+
+fn pick_version(script: &DeployedScript) -> Option<&edgeprof_proto::v1::DeployedVersion> {
+    let total: u64 = script.versions.iter().map(|v| u64::from(v.weight)).sum();
+    if total == 0 {
+        return script.versions.first();
+    }
+    let mut x = rand::rng().random_range(0..total);
+    for v in &script.versions {
+        if x < u64::from(v.weight) {
+            return Some(v);
+        }
+        x -= u64::from(v.weight);
+    }
+    script.versions.last()
+}
+
+async fn version_of(s: &Ingress, name: &str) -> Result<(VersionRef, DeployedScript), Response> {
+    let script = match s.registry.script(name).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return Err(error(StatusCode::NOT_FOUND, format!("script `{name}` is not deployed"))),
+        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
+    };
+    let Some(v) = pick_version(&script) else {
+        return Err(error(StatusCode::NOT_FOUND, format!("script `{name}` has no deployed version")));
+    };
+    match s.registry.version(&s.hosting, name, &script.account, &v.version_id, &v.wasm_sha256).await {
+        Ok(r) => Ok((r, script)),
+        Err(e) => Err(error(StatusCode::BAD_GATEWAY, format!("{e:#}"))),
+    }
+}
+
+async fn script(State(s): State<Ingress>, Path(params): Path<HashMap<String, String>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let name = params.get("script").cloned().unwrap_or_default();
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over {MAX_BODY} bytes"));
+    }
+    let (version, _) = match version_of(&s, &name).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let request = worker_request(&method, &uri, &headers, body, 1);
+    // An isolate evicted while the request was queued: retry once on a fresh one.
+    for _ in 0..2 {
+        let slot = match s.hosting.pick(&version) {
+            Ok(slot) => slot,
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+        };
+        match slot.serve(request.clone()).await {
+            Ok(r) => return worker_response(r),
+            Err(ServeError::Worker(msg)) => return error(StatusCode::INTERNAL_SERVER_ERROR, msg),
+            Err(ServeError::Gone) => continue,
+        }
+    }
+    error(StatusCode::SERVICE_UNAVAILABLE, "isolate unavailable; try again")
+}
+
+fn is_object_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<String, String>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let namespace = params.get("namespace").cloned().unwrap_or_default();
+    let id = params.get("id").cloned().unwrap_or_default().to_ascii_lowercase();
+    if !is_object_id(&id) {
+        return error(StatusCode::BAD_REQUEST, format!("durable object id `{id}`: must be 64 hex characters"));
+    }
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over {MAX_BODY} bytes"));
+    }
+    let key = format!("{namespace}:{id}");
+    let forwarded = headers.contains_key(FORWARDED);
+
+    if !s.hosting.has_durable_object(&key) {
+        let remote = s.remote_objects.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let owner_http = match remote {
+            Some(url) => Some(url),
+            None => {
+                let script = match s.registry.script(&namespace).await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => return error(StatusCode::NOT_FOUND, format!("durable object namespace `{namespace}` has no deployed script")),
+                    Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+                };
+                let placed = match s.registry.place_durable_object(&script.account, &namespace, &namespace, &id).await {
+                    Ok(p) => p,
+                    Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+                };
+                let owner = placed.owner.unwrap_or_default();
+                if owner.id == s.registry.machine.id {
+                    let sha = script
+                        .versions
+                        .iter()
+                        .find(|v| v.version_id == placed.version_id)
+                        .map(|v| v.wasm_sha256.clone())
+                        .unwrap_or_default();
+                    let version = match s.registry.version(&s.hosting, &namespace, &script.account, &placed.version_id, &sha).await {
+                        Ok(v) => v,
+                        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
+                    };
+                    if let Err(e) = s.hosting.durable_object(&key, &version) {
+                        return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
+                    }
+                    None
+                } else {
+                    s.remote_objects
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key.clone(), owner.http_address.clone());
+                    Some(owner.http_address)
+                }
+            }
+        };
+        if let Some(base) = owner_http {
+            if forwarded {
+                return error(StatusCode::LOOP_DETECTED, format!("durable object {key} forwarded here but it lives at {base}"));
+            }
+            return forward(&s, &base, &method, &uri, &headers, body).await;
+        }
+    }
+
+    let request = worker_request(&method, &uri, &headers, body, 3);
+    for _ in 0..2 {
+        let slot = {
+            // Re-resolve: the object's isolate may have been evicted and recreated.
+            let version = match s.registry.script(&namespace).await {
+                Ok(Some(d)) => {
+                    let existing = s.hosting.slots().into_iter().find(|sl| sl.durable_object.as_deref() == Some(key.as_str()));
+                    match existing {
+                        Some(sl) => {
+                            let sha = d.versions.iter().find(|v| v.version_id == sl.version_id).map(|v| v.wasm_sha256.clone()).unwrap_or_default();
+                            match s.registry.version(&s.hosting, &namespace, &d.account, &sl.version_id, &sha).await {
+                                Ok(v) => v,
+                                Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
+                            }
+                        }
+                        None => match version_of(&s, &namespace).await {
+                            Ok((v, _)) => v,
+                            Err(r) => return r,
+                        },
+                    }
+                }
+                Ok(None) => return error(StatusCode::NOT_FOUND, format!("durable object namespace `{namespace}` has no deployed script")),
+                Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+            };
+            match s.hosting.durable_object(&key, &version) {
+                Ok(slot) => slot,
+                Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+            }
+        };
+        match slot.serve(request.clone()).await {
+            Ok(r) => return worker_response(r),
+            Err(ServeError::Worker(msg)) => return error(StatusCode::INTERNAL_SERVER_ERROR, msg),
+            Err(ServeError::Gone) => continue,
+        }
+    }
+    error(StatusCode::SERVICE_UNAVAILABLE, "durable object isolate unavailable; try again")
+}
+
+async fn forward(s: &Ingress, base: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Response {
+    s.metrics.forwarded();
+    let url = format!(
+        "{}{}",
+        base.trim_end_matches('/'),
+        uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")
+    );
+    let mut req = s
+        .http
+        .request(reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET), &url)
+        .header(FORWARDED, "1")
+        .body(body);
+    for (k, v) in headers {
+        if k != "host" && k != "content-length" {
+            req = req.header(k.as_str(), v.as_bytes());
+        }
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut builder = axum::http::Response::builder().status(status);
+            for (k, v) in resp.headers() {
+                if k != "content-length" && k != "transfer-encoding" {
+                    builder = builder.header(k.as_str(), v.as_bytes());
+                }
+            }
+            match resp.bytes().await {
+                Ok(b) => builder.body(Body::from(b)).unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad forwarded response")),
+                Err(e) => error(StatusCode::BAD_GATEWAY, format!("forward to {base}: {e}")),
+            }
+        }
+        Err(e) => {
+            // The owner may be gone: forget it so the next request asks again.
+            s.remote_objects.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, v| v != base);
+            error(StatusCode::BAD_GATEWAY, format!("forward to the object's machine {base}: {e}"))
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The agent's side of the control plane's `Registry`: register, heartbeat,
+//! follow the deployment, fetch modules, place Durable Objects.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use anyhow::{Context, Result, anyhow, bail};
+use edgeprof_proto::v1::{self, registry_client::RegistryClient};
+use sha2::{Digest, Sha256};
+use tonic::transport::Channel;
+
+use crate::hosting::{Hosting, VersionRef};
+
+/// Most isolates reported in one heartbeat, so a message stays well under
+/// gRPC's 4 MiB default.
+pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 2000;
+
+/// A deployed script as this agent knows it.
+#[derive(Debug, Clone)]
+pub struct DeployedScript {
+    /// Owning account.
+    pub account: String,
+    /// Versions with weights and module hashes.
+    pub versions: Vec<v1::DeployedVersion>,
+}
+
+/// The control plane connection and what it told us.
+pub struct Registry {
+    client: RegistryClient<Channel>,
+    secret: String,
+    /// This machine.
+    pub machine: v1::Machine,
+    generation: Mutex<u64>,
+    scripts: RwLock<HashMap<String, DeployedScript>>,
+    modules: tokio::sync::Mutex<HashMap<String, Arc<edgeprof_sampler::Module>>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("machine", &self.machine).finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// Connects lazily to `url` (the first call dials).
+    pub fn new(url: &str, secret: String, machine: v1::Machine) -> Result<Self> {
+        let channel = Channel::from_shared(url.to_owned())
+            .with_context(|| format!("--control-plane `{url}` is not a valid URL"))?
+            .connect_timeout(std::time::Duration::from_secs(3))
+            .timeout(std::time::Duration::from_secs(10))
+            .connect_lazy();
+        Ok(Registry {
+            client: RegistryClient::new(channel),
+            secret,
+            machine,
+            generation: Mutex::new(u64::MAX),
+            scripts: RwLock::new(HashMap::new()),
+            modules: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Ok(v) = format!("Bearer {}", self.secret).parse() {
+            r.metadata_mut().insert("authorization", v);
+        }
+        r
+    }
+
+    /// Announces this machine; returns the heartbeat interval the control plane asks for (ms).
+    pub async fn register(&self) -> Result<u32> {
+        let resp = self
+            .client
+            .clone()
+            .register(self.request(v1::RegisterRequest {
+                machine: Some(self.machine.clone()),
+                agent_version: env!("CARGO_PKG_VERSION").into(),
+            }))
+            .await
+            .map_err(|s| anyhow!("register with the control plane: {}", s.message()))?;
+        Ok(resp.into_inner().heartbeat_interval_ms)
+    }
+
+    /// Sends one heartbeat with the state of every isolate; refetches the
+    /// deployment when its generation changed.
+    pub async fn heartbeat(&self, hosting: &Hosting) -> Result<()> {
+        let slots = hosting.slots();
+        let omitted = slots.len().saturating_sub(MAX_ISOLATES_PER_HEARTBEAT);
+        let isolates = slots
+            .iter()
+            .take(MAX_ISOLATES_PER_HEARTBEAT)
+            .map(|s| {
+                let (evictions, memory_evictions) = hosting.evictions(&s.version_id);
+                v1::IsolateStatus {
+                    isolate_id: s.id.clone(),
+                    script: s.script.clone(),
+                    version_id: s.version_id.clone(),
+                    account: s.account.clone(),
+                    requests_last_60s: s.requests_last_60s(),
+                    last_request_unix_ms: s.last_request_ms(),
+                    durable_objects: s.durable_object.iter().cloned().collect(),
+                    memory_bytes: s.memory_bytes(),
+                    evictions,
+                    memory_evictions,
+                }
+            })
+            .collect();
+        let resp = self
+            .client
+            .clone()
+            .heartbeat(self.request(v1::HeartbeatRequest {
+                machine: Some(self.machine.clone()),
+                isolates,
+                isolates_omitted: omitted as u32,
+            }))
+            .await
+            .map_err(|s| anyhow!("heartbeat: {}", s.message()))?;
+        let generation = resp.into_inner().deployment_generation;
+        let known = *self.generation.lock().unwrap_or_else(|e| e.into_inner());
+        if generation != known {
+            self.refresh_deployment().await?;
+        }
+        Ok(())
+    }
+
+    /// Fetches what this machine should run.
+    pub async fn refresh_deployment(&self) -> Result<()> {
+        let resp = self
+            .client
+            .clone()
+            .get_deployment(self.request(v1::GetDeploymentRequest { machine: Some(self.machine.clone()) }))
+            .await
+            .map_err(|s| anyhow!("get deployment: {}", s.message()))?
+            .into_inner();
+        let scripts = resp
+            .scripts
+            .into_iter()
+            .map(|s| (s.script, DeployedScript { account: s.account, versions: s.versions }))
+            .collect();
+        *self.scripts.write().unwrap_or_else(|e| e.into_inner()) = scripts;
+        *self.generation.lock().unwrap_or_else(|e| e.into_inner()) = resp.generation;
+        Ok(())
+    }
+
+    /// The deployment entry of `script`, refreshing once if it is unknown.
+    pub async fn script(&self, script: &str) -> Result<Option<DeployedScript>> {
+        if let Some(s) = self.scripts.read().unwrap_or_else(|e| e.into_inner()).get(script) {
+            return Ok(Some(s.clone()));
+        }
+        self.refresh_deployment().await?;
+        Ok(self.scripts.read().unwrap_or_else(|e| e.into_inner()).get(script).cloned())
+    }
+
+    /// The compiled module of a version (fetched and compiled once per hash).
+    pub async fn version(&self, hosting: &Hosting, script: &str, account: &str, version_id: &str, sha256: &str) -> Result<VersionRef> {
+        let mut modules = self.modules.lock().await;
+        let module = match modules.get(sha256).filter(|_| !sha256.is_empty()) {
+            Some(m) => m.clone(),
+            None => {
+                let resp = self
+                    .client
+                    .clone()
+                    .get_script_version(self.request(v1::GetScriptVersionRequest { version_id: version_id.into() }))
+                    .await
+                    .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
+                    .into_inner();
+                let actual = hex::encode(Sha256::digest(&resp.wasm));
+                if !resp.wasm_sha256.is_empty() && actual != resp.wasm_sha256 {
+                    bail!("version {version_id}: wasm bytes hash to {actual}, the control plane said {}", resp.wasm_sha256);
+                }
+                let runtime = hosting.runtime().clone();
+                let name = format!("{script}.wasm");
+                let wasm = resp.wasm;
+                let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
+                    .await
+                    .context("module compilation panicked")?
+                    .with_context(|| format!("version {version_id} of {script} does not compile"))?;
+                let module = Arc::new(module);
+                modules.insert(actual, module.clone());
+                module
+            }
+        };
+        Ok(VersionRef {
+            account: account.into(),
+            script: script.into(),
+            version_id: version_id.into(),
+            module,
+        })
+    }
+
+    /// Where Durable Object `namespace:object_id` lives (placing it here on first use).
+    pub async fn place_durable_object(&self, account: &str, script: &str, namespace: &str, object_id: &str) -> Result<v1::PlaceDurableObjectResponse> {
+        let resp = self
+            .client
+            .clone()
+            .place_durable_object(self.request(v1::PlaceDurableObjectRequest {
+                machine: Some(self.machine.clone()),
+                account: account.into(),
+                script: script.into(),
+                namespace: namespace.into(),
+                object_id: object_id.into(),
+            }))
+            .await
+            .map_err(|s| anyhow!("place durable object {namespace}:{object_id}: {}", s.message()))?;
+        Ok(resp.into_inner())
+    }
+}

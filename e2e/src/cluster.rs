@@ -1,0 +1,440 @@
+//! Starting, inspecting and stopping a local edge.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::{Value, json};
+
+/// Data-center codes handed out in order.
+pub const DATA_CENTER_CODES: [&str; 8] = ["lhr", "sjc", "nrt", "fra", "iad", "sin", "gru", "syd"];
+
+/// The shape and location of a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// Number of data centers (1–8).
+    pub data_centers: usize,
+    /// Machines (agents) per data center.
+    pub machines_per_dc: usize,
+    /// Where the database, logs and `cluster.json` go.
+    pub state_dir: PathBuf,
+    /// Directory holding `edgeprof-control-plane`, `edgeprof-node-agent`, `edgeprof`.
+    pub bin_dir: PathBuf,
+    /// Agent heartbeat period.
+    pub heartbeat: Duration,
+    /// Remove the state directory first.
+    pub fresh: bool,
+}
+
+impl ClusterOptions {
+    /// Defaults for a cluster under `state_dir`, with binaries next to the
+    /// running executable (`target/<profile>/`).
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        ClusterOptions {
+            data_centers: 3,
+            machines_per_dc: 2,
+            state_dir: state_dir.into(),
+            bin_dir: default_bin_dir(),
+            heartbeat: Duration::from_millis(1000),
+            fresh: true,
+        }
+    }
+}
+
+/// `target/<profile>/`, found from the running executable (which is either
+/// there or in its `deps/`), or `$EDGEPROF_BIN_DIR`.
+pub fn default_bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("EDGEPROF_BIN_DIR") {
+        return d.into();
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// One agent as the cluster knows it.
+#[derive(Debug, Clone)]
+pub struct MachineInfo {
+    /// Machine id.
+    pub id: String,
+    /// HTTP ingress base URL.
+    pub http: String,
+    /// gRPC URL.
+    pub grpc: String,
+}
+
+/// One data center.
+#[derive(Debug, Clone)]
+pub struct DataCenter {
+    /// Short code, e.g. `lhr`.
+    pub code: String,
+    /// Its machines.
+    pub machines: Vec<MachineInfo>,
+}
+
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+/// A running local edge.
+pub struct Cluster {
+    /// Control plane REST base URL (also serves the dashboard).
+    pub url: String,
+    /// Control plane gRPC URL (for agents).
+    pub grpc: String,
+    /// Dev API token.
+    pub token: String,
+    /// Dev account.
+    pub account: String,
+    /// Agent secret.
+    pub agent_secret: String,
+    /// The simulated edge.
+    pub data_centers: Vec<DataCenter>,
+    /// Options it was started with.
+    pub options: ClusterOptions,
+    procs: Vec<Proc>,
+    http: reqwest::blocking::Client,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("url", &self.url)
+            .field("data_centers", &self.data_centers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A port nobody listens on right now (the OS picks it).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_for_file(path: &Path, proc: &mut Proc, timeout: Duration) -> Result<Value> {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = fs::read_to_string(path)
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            return Ok(v);
+        }
+        if let Some(status) = proc.child.try_wait()? {
+            bail!(
+                "{} exited with {status} before it was ready; last log lines:\n{}",
+                proc.name,
+                tail(&proc.log, 20)
+            );
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "{} not ready after {timeout:?}; last log lines:\n{}",
+                proc.name,
+                tail(&proc.log, 20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last `n` lines of a log file.
+pub fn tail(path: &Path, n: usize) -> String {
+    let Ok(f) = fs::File::open(path) else {
+        return String::new();
+    };
+    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Cluster {
+    /// Starts the control plane and every agent, and waits until all agents
+    /// have registered.
+    pub fn start(options: ClusterOptions) -> Result<Cluster> {
+        if !(1..=DATA_CENTER_CODES.len()).contains(&options.data_centers) {
+            bail!(
+                "--data-centers {}: must be 1–{}",
+                options.data_centers,
+                DATA_CENTER_CODES.len()
+            );
+        }
+        if !(1..=16).contains(&options.machines_per_dc) {
+            bail!(
+                "--machines-per-dc {}: must be 1–16",
+                options.machines_per_dc
+            );
+        }
+        for bin in ["edgeprof-control-plane", "edgeprof-node-agent", "edgeprof"] {
+            let p = options.bin_dir.join(bin);
+            if !p.is_file() {
+                bail!(
+                    "{}: not built; run `cargo build --bins` (cargo xtask ci and cargo xtask cluster do)",
+                    p.display()
+                );
+            }
+        }
+        if options.fresh && options.state_dir.exists() {
+            fs::remove_dir_all(&options.state_dir)
+                .with_context(|| format!("cannot clear {}", options.state_dir.display()))?;
+        }
+        let logs = options.state_dir.join("logs");
+        fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+        let agent_secret = "edgeprof-local-agent-secret".to_owned();
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()?;
+
+        let mut cluster = Cluster {
+            url: String::new(),
+            grpc: String::new(),
+            token: String::new(),
+            account: String::new(),
+            agent_secret: agent_secret.clone(),
+            data_centers: Vec::new(),
+            options: options.clone(),
+            procs: Vec::new(),
+            http,
+        };
+
+        // Control plane.
+        let ready = options.state_dir.join("control-plane.ready.json");
+        let _ = fs::remove_file(&ready);
+        let mut cmd = Command::new(options.bin_dir.join("edgeprof-control-plane"));
+        cmd.arg("serve")
+            .arg("--http-listen")
+            .arg("127.0.0.1:0")
+            .arg("--grpc-listen")
+            .arg("127.0.0.1:0")
+            .arg("--database")
+            .arg(options.state_dir.join("edgeprof.sqlite"))
+            .arg("--agent-secret")
+            .arg(&agent_secret)
+            .arg("--heartbeat-ms")
+            .arg(options.heartbeat.as_millis().to_string())
+            .arg("--dev")
+            .arg("--ready-file")
+            .arg(&ready);
+        let mut proc = cluster.spawn("control-plane", cmd)?;
+        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
+        cluster.procs.push(proc);
+        let field = |k: &str| -> Result<String> {
+            info[k]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| anyhow!("control plane ready file has no `{k}`: {info}"))
+        };
+        cluster.url = field("http")?;
+        cluster.grpc = field("grpc")?;
+        cluster.token = field("token")?;
+        cluster.account = field("account")?;
+
+        // Agents.
+        for code in DATA_CENTER_CODES.iter().take(options.data_centers) {
+            let code = (*code).to_owned();
+            let mut machines = Vec::new();
+            for m in 0..options.machines_per_dc {
+                let id = format!("{code}-m{:02}", m + 1);
+                machines.push(cluster.start_agent(&code, &id)?);
+            }
+            cluster.data_centers.push(DataCenter { code, machines });
+        }
+        cluster.wait_registered(Duration::from_secs(30))?;
+        Ok(cluster)
+    }
+
+    fn spawn(&self, name: &str, mut cmd: Command) -> Result<Proc> {
+        let log = self
+            .options
+            .state_dir
+            .join("logs")
+            .join(format!("{name}.log"));
+        let out =
+            fs::File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {name} ({:?})", cmd.get_program()))?;
+        Ok(Proc {
+            name: name.to_owned(),
+            child,
+            log,
+        })
+    }
+
+    fn start_agent(&mut self, dc: &str, id: &str) -> Result<MachineInfo> {
+        let ready = self.options.state_dir.join(format!("{id}.ready.json"));
+        let _ = fs::remove_file(&ready);
+        let mut cmd = Command::new(self.options.bin_dir.join("edgeprof-node-agent"));
+        cmd.args(["--data-center", dc, "--machine-id", id])
+            .args(["--control-plane", &self.grpc])
+            .args([
+                "--http-listen",
+                "127.0.0.1:0",
+                "--grpc-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--agent-secret", &self.agent_secret])
+            .args([
+                "--heartbeat-ms",
+                &self.options.heartbeat.as_millis().to_string(),
+            ])
+            .arg("--ready-file")
+            .arg(&ready);
+        let mut proc = self.spawn(id, cmd)?;
+        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
+        self.procs.push(proc);
+        Ok(MachineInfo {
+            id: id.to_owned(),
+            http: info["http"].as_str().unwrap_or_default().to_owned(),
+            grpc: info["grpc"].as_str().unwrap_or_default().to_owned(),
+        })
+    }
+
+    fn wait_registered(&self, timeout: Duration) -> Result<()> {
+        let want = self
+            .data_centers
+            .iter()
+            .map(|d| d.machines.len())
+            .sum::<usize>();
+        let start = Instant::now();
+        loop {
+            let resp = self.http.get(format!("{}/healthz", self.url)).send();
+            if let Ok(r) = resp
+                && r.status().is_success()
+            {
+                let machines = self.machines_registered().unwrap_or(0);
+                if machines >= want {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "only {} of {want} agents registered after {timeout:?}",
+                    self.machines_registered().unwrap_or(0)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn machines_registered(&self) -> Result<usize> {
+        let v: Value = self
+            .http
+            .get(format!("{}/v1/machines", self.url))
+            .bearer_auth(&self.token)
+            .send()?
+            .json()?;
+        Ok(v["machines"].as_array().map(Vec::len).unwrap_or(0))
+    }
+
+    /// Every machine, with its data center code.
+    pub fn machines(&self) -> impl Iterator<Item = (&str, &MachineInfo)> {
+        self.data_centers
+            .iter()
+            .flat_map(|d| d.machines.iter().map(move |m| (d.code.as_str(), m)))
+    }
+
+    /// The `edgeprof` CLI, pointed at this cluster.
+    pub fn cli(&self) -> Command {
+        let mut c = Command::new(self.options.bin_dir.join("edgeprof"));
+        c.env("EDGEPROF_URL", &self.url)
+            .env("EDGEPROF_TOKEN", &self.token)
+            .env("EDGEPROF_ACCOUNT", &self.account);
+        c
+    }
+
+    /// Uploads a version of `script` with `weight`; returns its id.
+    pub fn deploy(&self, script: &str, wasm: &Path, weight: u32) -> Result<String> {
+        let out = self
+            .cli()
+            .args(["deploy", script])
+            .arg(wasm)
+            .args(["--weight", &weight.to_string()])
+            .output()
+            .context("cannot run edgeprof deploy")?;
+        if !out.status.success() {
+            bail!(
+                "edgeprof deploy {script} {}: {}",
+                wasm.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Stops one agent abruptly (SIGKILL), as a machine failure would.
+    pub fn kill_agent(&mut self, machine_id: &str) -> Result<()> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == machine_id)
+            .ok_or_else(|| anyhow!("no agent {machine_id}"))?;
+        p.child.kill()?;
+        p.child.wait()?;
+        Ok(())
+    }
+
+    /// Process ids of every child still running.
+    pub fn pids(&mut self) -> Vec<u32> {
+        self.procs
+            .iter_mut()
+            .filter_map(|p| matches!(p.child.try_wait(), Ok(None)).then(|| p.child.id()))
+            .collect()
+    }
+
+    /// What `cluster.json` holds (shape in the design, §5).
+    pub fn describe(&self, scripts: &[Value]) -> Value {
+        json!({
+            "url": self.url,
+            "token": self.token,
+            "account": self.account,
+            "data_centers": self.data_centers.iter().map(|d| json!({
+                "code": d.code,
+                "machines": d.machines.iter().map(|m| json!({"id": m.id, "http": m.http, "grpc": m.grpc})).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "scripts": scripts,
+        })
+    }
+
+    /// Stops every child: SIGTERM-like kill for agents first, then the control plane.
+    pub fn stop(&mut self) {
+        for p in self.procs.iter_mut().rev() {
+            let _ = terminate(&mut p.child);
+        }
+        self.procs.clear();
+    }
+}
+
+/// Asks a child to stop (SIGTERM through `kill`), then kills it after 5 s.
+fn terminate(child: &mut Child) -> std::io::Result<()> {
+    if child.try_wait()?.is_some() {
+        return Ok(());
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill()?;
+    child.wait().map(|_| ())
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

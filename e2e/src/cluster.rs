@@ -114,6 +114,18 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
 /// A port nobody listens on right now (the OS picks it).
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -203,37 +215,32 @@ impl Cluster {
             http,
         };
 
-        // Control plane.
-        let ready = options.state_dir.join("control-plane.ready.json");
-        let _ = fs::remove_file(&ready);
+        // Control plane. Ports are picked here (bind to :0, release, pass on);
+        // a clash with another process in between fails loudly at bind.
+        let http_port = free_port()?;
+        let grpc_port = free_port()?;
+        let token = format!("edgeprof-dev-{:016x}", random_u64());
         let mut cmd = Command::new(options.bin_dir.join("edgeprof-control-plane"));
-        cmd.arg("serve")
-            .arg("--http-listen")
-            .arg("127.0.0.1:0")
+        cmd.arg("--http-listen")
+            .arg(format!("127.0.0.1:{http_port}"))
             .arg("--grpc-listen")
-            .arg("127.0.0.1:0")
+            .arg(format!("127.0.0.1:{grpc_port}"))
             .arg("--database")
             .arg(options.state_dir.join("edgeprof.sqlite"))
             .arg("--agent-secret")
             .arg(&agent_secret)
-            .arg("--heartbeat-ms")
+            .arg("--heartbeat-interval-ms")
             .arg(options.heartbeat.as_millis().to_string())
             .arg("--dev")
-            .arg("--ready-file")
-            .arg(&ready);
+            .arg("--dev-token")
+            .arg(&token);
         let mut proc = cluster.spawn("control-plane", cmd)?;
-        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
+        cluster.url = format!("http://127.0.0.1:{http_port}");
+        cluster.grpc = format!("http://127.0.0.1:{grpc_port}");
+        cluster.token = token;
+        cluster.account = "dev".into();
+        cluster.wait_healthy(&mut proc, Duration::from_secs(60))?;
         cluster.procs.push(proc);
-        let field = |k: &str| -> Result<String> {
-            info[k]
-                .as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| anyhow!("control plane ready file has no `{k}`: {info}"))
-        };
-        cluster.url = field("http")?;
-        cluster.grpc = field("grpc")?;
-        cluster.token = field("token")?;
-        cluster.account = field("account")?;
 
         // Agents.
         for code in DATA_CENTER_CODES.iter().take(options.data_centers) {
@@ -298,6 +305,32 @@ impl Cluster {
         })
     }
 
+    fn wait_healthy(&self, proc: &mut Proc, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/healthz", self.url)).send()
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            if let Some(status) = proc.child.try_wait()? {
+                bail!(
+                    "{} exited with {status} before it was ready; last log lines:\n{}",
+                    proc.name,
+                    tail(&proc.log, 20)
+                );
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "{} not healthy after {timeout:?}; last log lines:\n{}",
+                    proc.name,
+                    tail(&proc.log, 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn wait_registered(&self, timeout: Duration) -> Result<()> {
         let want = self
             .data_centers
@@ -306,33 +339,28 @@ impl Cluster {
             .sum::<usize>();
         let start = Instant::now();
         loop {
-            let resp = self.http.get(format!("{}/healthz", self.url)).send();
-            if let Ok(r) = resp
-                && r.status().is_success()
-            {
-                let machines = self.machines_registered().unwrap_or(0);
-                if machines >= want {
-                    return Ok(());
-                }
+            let live = self.live_machines().unwrap_or(0);
+            if live >= want {
+                return Ok(());
             }
             if start.elapsed() > timeout {
-                bail!(
-                    "only {} of {want} agents registered after {timeout:?}",
-                    self.machines_registered().unwrap_or(0)
-                );
+                bail!("only {live} of {want} agents registered after {timeout:?}");
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
-    fn machines_registered(&self) -> Result<usize> {
-        let v: Value = self
+    /// Machines whose heartbeat the control plane considers current.
+    pub fn live_machines(&self) -> Result<usize> {
+        let text = self
             .http
-            .get(format!("{}/v1/machines", self.url))
-            .bearer_auth(&self.token)
+            .get(format!("{}/metrics", self.url))
             .send()?
-            .json()?;
-        Ok(v["machines"].as_array().map(Vec::len).unwrap_or(0))
+            .text()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("edgeprof_live_machines "))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| anyhow!("control plane /metrics has no edgeprof_live_machines"))
     }
 
     /// Every machine, with its data center code.

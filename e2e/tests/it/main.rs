@@ -1,0 +1,45 @@
+//! End-to-end tests: a real control plane and real node-agent processes on
+//! loopback, real workers, real traffic, driven through the `edgeprof` CLI
+//! and the REST API the way a user would.
+//!
+//! They need the binaries (`cargo build --bins`) and the example workers
+//! (`cargo xtask build-workers`); `cargo xtask ci` builds both first. Without
+//! them, the tests fail under `CI` and skip with a printed reason elsewhere.
+
+mod capture;
+
+use std::path::PathBuf;
+
+use edgeprof_e2e::cluster::default_bin_dir;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A built example worker, or `None` (after printing why) when the
+/// prerequisites are missing outside CI.
+pub fn worker(name: &str) -> Option<PathBuf> {
+    let path = root().join("target/workers").join(format!("{name}.wasm"));
+    let bins = ["edgeprof-control-plane", "edgeprof-node-agent", "edgeprof"]
+        .iter()
+        .all(|b| default_bin_dir().join(b).is_file());
+    if path.is_file() && bins {
+        return Some(path);
+    }
+    let why = format!(
+        "needs {} and the binaries in {} (run `cargo build --bins && cargo xtask build-workers`, or `cargo xtask ci`)",
+        path.display(),
+        default_bin_dir().display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}");
+    }
+    eprintln!("skipping: {why}");
+    None
+}
+
+/// A fresh state directory under `target/`.
+pub fn state_dir(test: &str) -> PathBuf {
+    root().join("target/e2e-state").join(test)
+}

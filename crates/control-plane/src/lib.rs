@@ -1,0 +1,251 @@
+//! The edgeprof control plane: accounts and their API tokens, scripts and
+//! versions, deployments, the registry of node agents (fed by heartbeats),
+//! capture sessions fanned out to agents and merged into one pprof, and the
+//! REST API people and the CLI use.
+//!
+//! - [`store`]: the database (embedded SQLite or PostgreSQL, same SQL).
+//! - [`fleet`]: live machines and isolates, target resolution, the gRPC
+//!   `Registry` service.
+//! - [`capture`]: sessions, the per-script limit, fan-out and merge.
+//! - [`api`]: the axum router ([`api::app`]) and its error type.
+//! - [`ControlPlane::start`]: binds both listeners and runs everything.
+//!
+//! Architecture invariant: this is the only crate that talks to the
+//! database. It never depends on the node agent, the CLI or the viewer; it
+//! speaks to agents only through the wire types of `edgeprof-proto`, and
+//! converts them to its own domain types at the edge ([`fleet`], [`capture`]).
+
+pub mod api;
+pub mod capture;
+pub mod fleet;
+pub mod metrics;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+/// A dev account created at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevAccount {
+    /// Account id.
+    pub account: String,
+    /// Token to create (a random one when `None`).
+    pub token: Option<String>,
+}
+
+/// Validated settings of a control plane.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// REST listen address.
+    pub http_listen: SocketAddr,
+    /// gRPC (Registry) listen address.
+    pub grpc_listen: SocketAddr,
+    /// SQLite path, `sqlite:` URL or `postgres://` URL.
+    pub database: String,
+    /// Shared secret of agents (both directions).
+    pub agent_secret: String,
+    /// How often agents heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Extra time given to agents beyond a capture's duration.
+    pub capture_slack: Duration,
+    /// Most concurrent captures of one script.
+    pub max_captures_per_script: usize,
+    /// Largest wasm upload accepted.
+    pub max_wasm_bytes: usize,
+    /// Create this account and token at start.
+    pub dev: Option<DevAccount>,
+}
+
+impl Config {
+    /// Defaults for everything but the database and secret.
+    pub fn new(database: impl Into<String>, agent_secret: impl Into<String>) -> Self {
+        Config {
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            database: database.into(),
+            agent_secret: agent_secret.into(),
+            heartbeat_interval: Duration::from_secs(5),
+            capture_slack: Duration::from_secs(2),
+            max_captures_per_script: 2,
+            max_wasm_bytes: 64 << 20,
+            dev: None,
+        }
+    }
+
+    /// Checks the settings, naming the one that is wrong.
+    pub fn validate(&self) -> Result<()> {
+        if self.agent_secret.len() < 8 {
+            anyhow::bail!("agent secret: must be at least 8 characters");
+        }
+        if self
+            .agent_secret
+            .chars()
+            .any(|c| c.is_control() || c == ' ')
+        {
+            anyhow::bail!("agent secret: must not contain spaces or control characters");
+        }
+        if self.heartbeat_interval < Duration::from_millis(50)
+            || self.heartbeat_interval > Duration::from_secs(300)
+        {
+            anyhow::bail!(
+                "heartbeat interval: must be 50 ms – 300 s (got {:?})",
+                self.heartbeat_interval
+            );
+        }
+        if self.capture_slack > Duration::from_secs(60) {
+            anyhow::bail!("capture slack: at most 60 s (got {:?})", self.capture_slack);
+        }
+        if self.max_captures_per_script == 0 {
+            anyhow::bail!("max captures per script: must be at least 1");
+        }
+        store::database_url(&self.database).map_err(anyhow::Error::from)?;
+        if let Some(dev) = &self.dev
+            && let Some(t) = &dev.token
+            && t.len() < 16
+        {
+            anyhow::bail!("dev token: must be at least 16 characters");
+        }
+        Ok(())
+    }
+}
+
+/// A running control plane.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// Where REST listens.
+    pub http_addr: SocketAddr,
+    /// Where the Registry listens.
+    pub grpc_addr: SocketAddr,
+    /// The dev token, when a dev account was asked for.
+    pub dev_token: Option<String>,
+    /// Sessions found unfinished at start and marked failed.
+    pub interrupted_sessions: Vec<String>,
+    /// The database.
+    pub store: Arc<store::Store>,
+    /// The fleet.
+    pub fleet: Arc<fleet::Fleet>,
+    http_task: tokio::task::JoinHandle<()>,
+    grpc_task: tokio::task::JoinHandle<()>,
+}
+
+impl ControlPlane {
+    /// Opens the database, fails sessions a previous process left
+    /// unfinished, binds both listeners and serves until dropped or
+    /// [`ControlPlane::stop`]ped.
+    pub async fn start(config: Config) -> Result<ControlPlane> {
+        config.validate()?;
+        let store = Arc::new(
+            store::Store::open(&config.database)
+                .await
+                .context("opening the database")?,
+        );
+        let interrupted = store
+            .fail_interrupted_sessions()
+            .await
+            .context("failing interrupted sessions")?;
+        for id in &interrupted {
+            tracing::warn!(session = %id, "session interrupted by a restart marked failed");
+        }
+        let dev_token = match &config.dev {
+            Some(dev) => {
+                let token = match &dev.token {
+                    Some(t) => {
+                        store.ensure_account(&dev.account).await?;
+                        store.add_token(&dev.account, t).await?;
+                        t.clone()
+                    }
+                    None => store.create_token(&dev.account).await?,
+                };
+                Some(token)
+            }
+            None => None,
+        };
+        let metrics = Arc::new(metrics::Metrics::default());
+        let fleet = Arc::new(fleet::Fleet::new(config.heartbeat_interval));
+        let captures = capture::Captures::new(
+            store.clone(),
+            metrics.clone(),
+            capture::CaptureSettings {
+                agent_secret: config.agent_secret.clone(),
+                slack: config.capture_slack,
+                max_per_script: config.max_captures_per_script,
+                max_agent_response_bytes: 256 << 20,
+            },
+        );
+        let state = api::AppState {
+            store: store.clone(),
+            fleet: fleet.clone(),
+            captures,
+            metrics: metrics.clone(),
+            max_wasm_bytes: config.max_wasm_bytes,
+        };
+
+        let http = tokio::net::TcpListener::bind(config.http_listen)
+            .await
+            .with_context(|| format!("binding the REST listener on {}", config.http_listen))?;
+        let http_addr = http.local_addr()?;
+        let grpc = tokio::net::TcpListener::bind(config.grpc_listen)
+            .await
+            .with_context(|| format!("binding the gRPC listener on {}", config.grpc_listen))?;
+        let grpc_addr = grpc.local_addr()?;
+
+        let router = api::app(state);
+        let http_task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(http, router).await {
+                tracing::error!("REST server: {e}");
+            }
+        });
+        let registry =
+            tonic::service::interceptor::InterceptedService::new(
+                edgeprof_proto::v1::registry_server::RegistryServer::new(
+                    fleet::RegistryService::new(store.clone(), fleet.clone(), metrics),
+                )
+                .max_decoding_message_size(16 << 20),
+                fleet::AgentAuth::new(&config.agent_secret),
+            );
+        let grpc_task = tokio::spawn(async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(grpc);
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(registry)
+                .serve_with_incoming(incoming)
+                .await
+            {
+                tracing::error!("gRPC server: {e}");
+            }
+        });
+        Ok(ControlPlane {
+            http_addr,
+            grpc_addr,
+            dev_token,
+            interrupted_sessions: interrupted,
+            store,
+            fleet,
+            http_task,
+            grpc_task,
+        })
+    }
+
+    /// Waits until a server stops (which only happens on an error).
+    pub async fn wait(&mut self) -> Result<()> {
+        tokio::select! {
+            r = &mut self.http_task => r.context("REST server")?,
+            r = &mut self.grpc_task => r.context("gRPC server")?,
+        }
+        anyhow::bail!("a server stopped unexpectedly")
+    }
+
+    /// Stops both servers.
+    pub fn stop(&self) {
+        self.http_task.abort();
+        self.grpc_task.abort();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,208 @@
+//! `edgeprof-control-plane`: flags and environment → a validated
+//! [`Config`] → [`ControlPlane::start`]. Also `token create`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use edgeprof_control_plane::{Config, ControlPlane, DevAccount, store::Store};
+
+/// The edgeprof control plane: REST API, agent registry, capture fan-out.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// REST listen address.
+    #[arg(
+        long,
+        env = "EDGEPROF_HTTP_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    http_listen: SocketAddr,
+    /// gRPC (agent Registry) listen address.
+    #[arg(
+        long,
+        env = "EDGEPROF_GRPC_LISTEN",
+        default_value = "127.0.0.1:8081",
+        global = true
+    )]
+    grpc_listen: SocketAddr,
+    /// SQLite file path (created if missing) or a postgres:// URL.
+    #[arg(
+        long,
+        env = "EDGEPROF_DATABASE",
+        default_value = "edgeprof-control-plane.sqlite",
+        global = true
+    )]
+    database: String,
+    /// Shared secret agents present (and are sent), ≥ 8 characters;
+    /// required unless --dev.
+    #[arg(
+        long,
+        env = "EDGEPROF_AGENT_SECRET",
+        hide_env_values = true,
+        global = true
+    )]
+    agent_secret: Option<String>,
+    /// How often agents heartbeat, in milliseconds.
+    #[arg(
+        long,
+        env = "EDGEPROF_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5000,
+        global = true
+    )]
+    heartbeat_interval_ms: u64,
+    /// Extra time an agent gets beyond a capture's duration, in milliseconds.
+    #[arg(
+        long,
+        env = "EDGEPROF_CAPTURE_SLACK_MS",
+        default_value_t = 2000,
+        global = true
+    )]
+    capture_slack_ms: u64,
+    /// Most captures of one script running at once (more get 429).
+    #[arg(
+        long,
+        env = "EDGEPROF_MAX_CAPTURES_PER_SCRIPT",
+        default_value_t = 2,
+        global = true
+    )]
+    max_captures_per_script: usize,
+    /// Local use: create account `dev` with a token at start and print it;
+    /// the agent secret defaults to `dev-agent-secret`.
+    #[arg(long, env = "EDGEPROF_DEV", global = true)]
+    dev: bool,
+    /// With --dev: use this token instead of a random one.
+    #[arg(
+        long,
+        env = "EDGEPROF_DEV_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    dev_token: Option<String>,
+    /// Validate the configuration (and reach the database), then exit.
+    #[arg(long)]
+    check_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Create a token for an account (creating the account); prints it once.
+    Create {
+        /// Account the token may act on.
+        #[arg(long)]
+        account: String,
+    },
+}
+
+fn config(args: &Args) -> Result<Config> {
+    let secret = match (&args.agent_secret, args.dev) {
+        (Some(s), _) => s.clone(),
+        (None, true) => "dev-agent-secret".to_owned(),
+        (None, false) => anyhow::bail!(
+            "agent secret: required (--agent-secret or EDGEPROF_AGENT_SECRET), unless --dev"
+        ),
+    };
+    if args.dev_token.is_some() && !args.dev {
+        anyhow::bail!("--dev-token: only meaningful with --dev");
+    }
+    let mut c = Config::new(&args.database, secret);
+    c.http_listen = args.http_listen;
+    c.grpc_listen = args.grpc_listen;
+    c.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
+    c.capture_slack = Duration::from_millis(args.capture_slack_ms);
+    c.max_captures_per_script = args.max_captures_per_script;
+    c.dev = args.dev.then(|| DevAccount {
+        account: "dev".into(),
+        token: args.dev_token.clone(),
+    });
+    c.validate()?;
+    Ok(c)
+}
+
+async fn run(args: Args) -> Result<()> {
+    if let Some(Command::Token {
+        command: TokenCommand::Create { account },
+    }) = &args.command
+    {
+        if account.is_empty()
+            || account.len() > 64
+            || !account
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            anyhow::bail!(
+                "--account: `{account}` must be 1–64 characters of A–Z, a–z, 0–9, `-`, `_`"
+            );
+        }
+        let store = Store::open(&args.database)
+            .await
+            .context("opening the database")?;
+        let token = store.create_token(account).await?;
+        eprintln!("edgeprof-control-plane: created a token for account `{account}` (shown once):");
+        println!("{token}");
+        return Ok(());
+    }
+    let config = config(&args)?;
+    if args.check_config {
+        Store::open(&config.database)
+            .await
+            .context("opening the database")?;
+        eprintln!("edgeprof-control-plane: configuration OK");
+        return Ok(());
+    }
+    let mut cp = ControlPlane::start(config).await?;
+    eprintln!("edgeprof-control-plane: REST on http://{}", cp.http_addr);
+    eprintln!("edgeprof-control-plane: gRPC Registry on {}", cp.grpc_addr);
+    if let Some(token) = &cp.dev_token {
+        eprintln!("edgeprof-control-plane: dev account `dev`, token {token}");
+    }
+    tokio::select! {
+        r = cp.wait() => r,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("edgeprof-control-plane: shutting down");
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("edgeprof-control-plane: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("edgeprof-control-plane: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

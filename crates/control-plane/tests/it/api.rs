@@ -1,0 +1,467 @@
+//! REST: validation, auth and limits, each with its specific 4xx.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{self, Agent, Behavior, Cp};
+
+const SYNC: &str = "/v1/accounts/acme/scripts/api/versions/latest/profile";
+
+async fn expect_error(
+    cp: &Cp,
+    path: &str,
+    token: Option<&str>,
+    body: Value,
+    status: u16,
+    code: &str,
+    message_part: &str,
+) {
+    let (got, json, _, _) = cp.post_json(path, token, &body).await;
+    assert_eq!(got, status, "{path} {body}: {json}");
+    assert_eq!(json["error"]["code"], code, "{json}");
+    let message = json["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(message_part),
+        "message `{message}` should contain `{message_part}`"
+    );
+}
+
+#[tokio::test]
+async fn bad_inputs_get_their_specific_4xx() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(support::config(&db)).await;
+    let t = cp.token.clone();
+    let t = Some(t.as_str());
+    let v = cp.deploy("api", None).await;
+    let agent = Agent::start(
+        "m1",
+        "lhr",
+        Behavior::Answer,
+        vec![support::isolate("i1", "api", &v)],
+    )
+    .await;
+    agent.heartbeat(cp.cp.grpc_addr).await;
+
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"duration_ms": 0}),
+        400,
+        "invalid_duration",
+        "duration_ms: must be between 1000 and 50000",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"duration_ms": 60000}),
+        400,
+        "invalid_duration",
+        "got 60000",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"duration_ms": "10s"}),
+        400,
+        "invalid_duration",
+        "duration_ms",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"profile_type": "wall"}),
+        400,
+        "invalid_profile_type",
+        "profile_type: unknown profile type `wall`",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"duraton_ms": 1000}),
+        400,
+        "invalid_body",
+        "duraton_ms: unknown field",
+    )
+    .await;
+    expect_error(
+        &cp,
+        "/v1/accounts/acme/scripts/nope/versions/latest/profile",
+        t,
+        json!({}),
+        404,
+        "unknown_script",
+        "script `nope` not found",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"namespace_id": "rooms", "actor_id": "abc"}),
+        400,
+        "invalid_durable_object",
+        "actor_id: must be 64 hexadecimal characters",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"namespace_id": "rooms", "actor_id": "z".repeat(64)}),
+        400,
+        "invalid_durable_object",
+        "actor_id",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"namespace_id": "rooms"}),
+        400,
+        "invalid_durable_object",
+        "actor_id: required with namespace_id",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"actor_id": "a".repeat(64)}),
+        400,
+        "invalid_durable_object",
+        "namespace_id: required",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"data_center": "LHR!"}),
+        400,
+        "invalid_data_center",
+        "data_center",
+    )
+    .await;
+    expect_error(
+        &cp,
+        "/v1/accounts/acme/scripts/api/versions/abc/profile",
+        t,
+        json!({}),
+        400,
+        "invalid_version",
+        "at least 8 characters",
+    )
+    .await;
+    expect_error(
+        &cp,
+        "/v1/accounts/acme/scripts/api/versions/ffffffffff/profile",
+        t,
+        json!({}),
+        404,
+        "unknown_version",
+        "not found",
+    )
+    .await;
+    expect_error(
+        &cp,
+        "/v1/accounts/acme/profiles",
+        t,
+        json!({"version": "latest"}),
+        400,
+        "invalid_body",
+        "script: required",
+    )
+    .await;
+
+    // A DO no isolate hosts, a data center without traffic: no recent executions.
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"namespace_id": "rooms", "actor_id": "a".repeat(64)}),
+        404,
+        "no_recent_executions",
+        "no recent executions were found for durable object rooms:",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        t,
+        json!({"data_center": "nrt"}),
+        404,
+        "no_recent_executions",
+        &format!("no recent executions were found for version {v} of `api` in data center `nrt`"),
+    )
+    .await;
+
+    // Ambiguous prefix: version ids are time-ordered (UUIDv7), so versions
+    // uploaded together share their first characters.
+    let mut ids = vec![v.clone()];
+    let prefix = loop {
+        ids.push(cp.deploy("api", Some(0)).await);
+        let (a, b) = (&ids[ids.len() - 2], &ids[ids.len() - 1]);
+        let common = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+        if common >= 8 {
+            break a[..8].to_owned();
+        }
+    };
+    expect_error(
+        &cp,
+        &format!("/v1/accounts/acme/scripts/api/versions/{prefix}/profile"),
+        t,
+        json!({}),
+        409,
+        "ambiguous_version",
+        &format!("prefix `{prefix}` matches"),
+    )
+    .await;
+    // A unique prefix resolves (and then finds no traffic for that version).
+    let last = ids.last().unwrap();
+    expect_error(
+        &cp,
+        &format!("/v1/accounts/acme/scripts/api/versions/{last}/profile"),
+        t,
+        json!({}),
+        404,
+        "no_recent_executions",
+        &format!("version {last}"),
+    )
+    .await;
+
+    // Upload validation.
+    let resp = cp
+        .http
+        .post(cp.url("/v1/accounts/acme/scripts/api/versions?weight=150"))
+        .bearer_auth(&cp.token)
+        .body(support::wasm_module("x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("weight: must be a whole number from 0 to 100")
+    );
+    let resp = cp
+        .http
+        .post(cp.url("/v1/accounts/acme/scripts/api/versions"))
+        .bearer_auth(&cp.token)
+        .body("not wasm")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("not a WebAssembly module")
+    );
+}
+
+#[tokio::test]
+async fn tokens_are_scoped_to_one_account() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(support::config(&db)).await;
+    cp.deploy("api", None).await;
+    let other = cp.token("globex").await;
+    let resp = cp
+        .http
+        .post(cp.url("/v1/accounts/globex/scripts/secret/versions"))
+        .bearer_auth(&other)
+        .body(support::wasm_module("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+
+    expect_error(
+        &cp,
+        SYNC,
+        None,
+        json!({}),
+        401,
+        "missing_token",
+        "missing `Authorization: Bearer <token>`",
+    )
+    .await;
+    expect_error(
+        &cp,
+        SYNC,
+        Some("edp_0000"),
+        json!({}),
+        401,
+        "invalid_token",
+        "unknown or revoked",
+    )
+    .await;
+    // acme's token on globex's script, and globex's on acme's: 403, and the
+    // answer does not tell whether the script exists.
+    for path in [
+        "/v1/accounts/globex/scripts/secret/versions/latest/profile",
+        "/v1/accounts/globex/scripts/missing/versions/latest/profile",
+    ] {
+        expect_error(
+            &cp,
+            path,
+            Some(&cp.token),
+            json!({}),
+            403,
+            "forbidden",
+            "cannot access account `globex`",
+        )
+        .await;
+    }
+    expect_error(
+        &cp,
+        SYNC,
+        Some(&other),
+        json!({}),
+        403,
+        "forbidden",
+        "cannot access account `acme`",
+    )
+    .await;
+    for path in [
+        "/v1/accounts/globex/scripts",
+        "/v1/accounts/globex/profiles",
+        "/v1/accounts/globex/scripts/secret/targets",
+    ] {
+        let (status, body, _) = cp.get(path).await;
+        assert_eq!(status, 403, "{path}: {body}");
+    }
+    // Each account sees only its own scripts.
+    let (status, body, _) = cp.get("/v1/accounts/acme/scripts").await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = body["scripts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["api"]);
+}
+
+#[tokio::test]
+async fn too_many_captures_of_one_script_get_429_with_retry_after() {
+    let (_dir, db) = support::sqlite();
+    let mut config = support::config(&db);
+    config.max_captures_per_script = 2;
+    let cp = Cp::start(config).await;
+    let v = cp.deploy("api", None).await;
+    let agent = Agent::start(
+        "m1",
+        "lhr",
+        Behavior::Answer,
+        vec![support::isolate("i1", "api", &v)],
+    )
+    .await;
+    agent.heartbeat(cp.cp.grpc_addr).await;
+    let body = json!({"script": "api", "duration_ms": 3000});
+    for _ in 0..2 {
+        let (status, json, _, _) = cp
+            .post_json("/v1/accounts/acme/profiles", Some(&cp.token), &body)
+            .await;
+        assert_eq!(status, 202, "{json}");
+        assert_eq!(json["status"], "pending");
+    }
+    let (status, json, headers, _) = cp
+        .post_json("/v1/accounts/acme/profiles", Some(&cp.token), &body)
+        .await;
+    assert_eq!(status, 429, "{json}");
+    assert_eq!(json["error"]["code"], "too_many_captures");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=5).contains(&retry), "Retry-After {retry}");
+    // The sync endpoint shares the limit.
+    let (status, _, headers, _) = cp
+        .post_json(SYNC, Some(&cp.token), &json!({"duration_ms": 1000}))
+        .await;
+    assert_eq!(status, 429);
+    assert!(headers.contains_key("retry-after"));
+    // Once they finish, captures are accepted again.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let (status, json, _, _) = cp
+        .post_json(SYNC, Some(&cp.token), &json!({"duration_ms": 1000}))
+        .await;
+    assert_eq!(status, 200, "{json}");
+    let (_, metrics, raw) = cp.get("/metrics").await;
+    let _ = metrics;
+    let text = String::from_utf8(raw).unwrap();
+    assert!(
+        text.contains("edgeprof_captures_rate_limited_total 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("edgeprof_captures_finished_total{status=\"done\"} 3"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn versions_deployment_and_health() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(support::config(&db)).await;
+    let v1 = cp.deploy("api", None).await;
+    let v2 = cp.deploy("api", Some(10)).await;
+    let (status, body, _) = cp.get("/v1/accounts/acme/scripts/api/versions").await;
+    assert_eq!(status, 200);
+    let weights: Vec<(String, u64)> = body["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                v["weight"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(weights, vec![(v2.clone(), 10), (v1.clone(), 90)]);
+    let resp = cp
+        .http
+        .put(cp.url("/v1/accounts/acme/scripts/api/deployment"))
+        .bearer_auth(&cp.token)
+        .json(&json!({"versions": [{"version_id": v2, "weight": 100}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (_, body, _) = cp.get("/v1/accounts/acme/scripts/api/deployment").await;
+    assert_eq!(body["versions"], json!([{"version_id": v2, "weight": 100}]));
+    let resp = cp
+        .http
+        .put(cp.url("/v1/accounts/acme/scripts/api/deployment"))
+        .bearer_auth(&cp.token)
+        .json(&json!({"versions": [{"version_id": "nope", "weight": 1}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("versions[0].version_id: `nope` is not a version of `api`")
+    );
+    let (status, _, raw) = cp.get("/healthz").await;
+    assert_eq!((status, raw.as_slice()), (200, &b"ok\n"[..]));
+    let (status, body, _) = cp.get("/v1/nothing").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+}

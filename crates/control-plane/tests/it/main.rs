@@ -1,0 +1,8 @@
+//! Integration tests of the control plane: real sockets, real SQLite and
+//! PostgreSQL, real tonic servers standing in for agents (see `support`).
+
+mod api;
+mod capture;
+mod process;
+mod storage;
+mod support;

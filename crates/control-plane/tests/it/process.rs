@@ -1,0 +1,1 @@
+//! The binary: restarts, `token create`, `--check-config`.

@@ -1,0 +1,215 @@
+//! The store against both engines: the same migrations and queries.
+
+use edgeprof_control_plane::store::{DeploymentEntry, SessionRow, Store};
+
+use crate::support;
+
+fn session(id: &str, status: &str) -> SessionRow {
+    SessionRow {
+        id: id.into(),
+        account: "acme".into(),
+        script: "api".into(),
+        version_id: "v".into(),
+        version_selector: "latest".into(),
+        kind: "cpu".into(),
+        duration_ms: 1000,
+        data_center: Some("lhr".into()),
+        durable_object: None,
+        status: status.into(),
+        error: None,
+        targets_json: "[]".into(),
+        failures_json: "[]".into(),
+        machines_total: 2,
+        machines_answered: 0,
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    }
+}
+
+async fn check_store(db: &str) {
+    let store = Store::open(db).await.expect("open and migrate");
+
+    // Tokens: stored hashed, scoped to one account.
+    let token = store.create_token("acme").await.unwrap();
+    assert!(token.starts_with("edp_"), "{token}");
+    assert_eq!(
+        store.token_account(&token).await.unwrap().as_deref(),
+        Some("acme")
+    );
+    assert_eq!(store.token_account("edp_wrong").await.unwrap(), None);
+
+    // Versions and deployments with weights.
+    let (v1, d1) = store
+        .add_version("acme", "api", b"\0asm1", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        d1,
+        vec![DeploymentEntry {
+            version_id: v1.id.clone(),
+            weight: 100
+        }]
+    );
+    let (v2, d2) = store
+        .add_version("acme", "api", b"\0asm2", Some(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        d2,
+        vec![
+            DeploymentEntry {
+                version_id: v1.id.clone(),
+                weight: 90
+            },
+            DeploymentEntry {
+                version_id: v2.id.clone(),
+                weight: 10
+            },
+        ]
+    );
+    assert_eq!(store.deployment("acme", "api").await.unwrap().len(), 2);
+    assert_eq!((v1.seq, v2.seq), (1, 2));
+    assert_eq!(v2.wasm_bytes, 5);
+    let listed = store.versions("acme", "api").await.unwrap();
+    assert_eq!(listed.iter().map(|v| v.seq).collect::<Vec<_>>(), vec![2, 1]);
+    let by_prefix = store
+        .versions_with_prefix("acme", "api", &v2.id[..36])
+        .await
+        .unwrap();
+    assert_eq!(by_prefix, vec![v2.clone()]);
+    let (owner, v, wasm) = store.version_wasm(&v1.id).await.unwrap().unwrap();
+    assert_eq!(
+        (owner.as_str(), v.id.as_str(), wasm.as_slice()),
+        ("acme", v1.id.as_str(), &b"\0asm1"[..])
+    );
+    assert_eq!(store.scripts("acme").await.unwrap()[0].versions, 2);
+    assert!(store.script_exists("acme", "api").await.unwrap());
+    assert!(!store.script_exists("other", "api").await.unwrap());
+    let g = store.deployment_generation().await.unwrap();
+    assert_eq!(g, 2);
+    let all = store.all_deployments().await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].versions[0].2, v1.wasm_sha256);
+
+    // Durable Object placement sticks to its first machine while it lives.
+    let p = store
+        .place_durable_object("acme", "api", "rooms", "ab", ("m1", &v1.id), |_| true)
+        .await
+        .unwrap();
+    assert!(p.created);
+    let p = store
+        .place_durable_object("acme", "api", "rooms", "ab", ("m2", &v1.id), |_| true)
+        .await
+        .unwrap();
+    assert_eq!((p.machine_id.as_str(), p.created), ("m1", false));
+    let p = store
+        .place_durable_object("acme", "api", "rooms", "ab", ("m2", &v1.id), |m| m != "m1")
+        .await
+        .unwrap();
+    assert_eq!((p.machine_id.as_str(), p.created), ("m2", true));
+
+    // Sessions: every state change recorded; profiles stored.
+    store
+        .create_session(&session("s-done", "pending"))
+        .await
+        .unwrap();
+    store
+        .set_session_status("s-done", "capturing", None, None)
+        .await
+        .unwrap();
+    store.set_session_progress("s-done", 2, "[]").await.unwrap();
+    store
+        .set_session_status("s-done", "merging", None, None)
+        .await
+        .unwrap();
+    store.store_profile("s-done", b"pprof bytes").await.unwrap();
+    store
+        .set_session_status("s-done", "done", None, None)
+        .await
+        .unwrap();
+    store
+        .create_session(&session("s-stuck", "pending"))
+        .await
+        .unwrap();
+    store
+        .set_session_status("s-stuck", "capturing", None, None)
+        .await
+        .unwrap();
+    drop(store);
+
+    // Reopening migrates nothing twice and keeps everything; unfinished
+    // sessions are failed with the reason.
+    let store = Store::open(db).await.expect("reopen");
+    assert_eq!(
+        store.fail_interrupted_sessions().await.unwrap(),
+        vec!["s-stuck".to_owned()]
+    );
+    let done = store.session("acme", "s-done").await.unwrap().unwrap();
+    assert_eq!((done.status.as_str(), done.machines_answered), ("done", 2));
+    assert_eq!(
+        store
+            .session_events("s-done")
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.status.as_str())
+            .collect::<Vec<_>>(),
+        vec!["pending", "capturing", "merging", "done"]
+    );
+    assert_eq!(
+        store.profile("s-done").await.unwrap().as_deref(),
+        Some(&b"pprof bytes"[..])
+    );
+    let stuck = store.session("acme", "s-stuck").await.unwrap().unwrap();
+    assert_eq!(stuck.status, "failed");
+    assert_eq!(
+        stuck.error.as_deref(),
+        Some("interrupted: the control plane restarted while the session was capturing")
+    );
+    assert_eq!(
+        store.session("other", "s-done").await.unwrap(),
+        None,
+        "sessions are per account"
+    );
+    let history = store.sessions("acme", Some("api"), 10).await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert!(
+        store
+            .sessions("acme", Some("nope"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.token_account(&token).await.unwrap().as_deref(),
+        Some("acme")
+    );
+}
+
+#[tokio::test]
+async fn store_on_sqlite() {
+    let (_dir, path) = support::sqlite();
+    check_store(&path).await;
+}
+
+#[tokio::test]
+async fn store_on_postgres() {
+    let Some(url) = support::postgres().await else {
+        return;
+    };
+    check_store(&url).await;
+}
+
+#[tokio::test]
+async fn bad_database_settings_name_the_problem() {
+    let e = Store::open("mysql://localhost/x")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unsupported scheme"), "{e}");
+    let e = Store::open("postgres://postgres@127.0.0.1:1/none")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot connect"), "{e}");
+}

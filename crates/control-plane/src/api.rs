@@ -951,3 +951,158 @@ async fn get_session_pprof(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    /// `Ok(summary)` or `Err((code, message part))`.
+    fn check(body: &str, async_form: bool, expect: Result<&str, (&str, &str)>) {
+        let got = parse_profile_body(body.as_bytes(), async_form);
+        match (got, expect) {
+            (Ok(b), Ok(summary)) => {
+                let s = format!(
+                    "{} {}ms do={} dc={} script={} version={}",
+                    b.kind.as_str(),
+                    b.duration.as_millis(),
+                    b.durable_object.as_deref().unwrap_or("-"),
+                    b.data_center.as_deref().unwrap_or("-"),
+                    b.script.as_deref().unwrap_or("-"),
+                    b.version.as_deref().unwrap_or("-"),
+                );
+                assert_eq!(s, summary, "{body}");
+            }
+            (Err(e), Err((code, part))) => {
+                assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+                assert_eq!(e.code, code, "{body}: {}", e.message);
+                assert!(
+                    e.message.contains(part),
+                    "{body}: `{}` lacks `{part}`",
+                    e.message
+                );
+            }
+            (got, expect) => panic!("{body}: got {got:?}, expected {expect:?}"),
+        }
+    }
+
+    #[test]
+    fn profile_bodies() {
+        let id = "AB".repeat(32);
+        check("", false, Ok("cpu 10000ms do=- dc=- script=- version=-"));
+        check(
+            r#"{"duration_ms": 1000, "profile_type": "heap"}"#,
+            false,
+            Ok("heap 1000ms do=- dc=- script=- version=-"),
+        );
+        check(
+            r#"{"duration_ms": 50000, "data_center": "lhr"}"#,
+            false,
+            Ok("cpu 50000ms do=- dc=lhr script=- version=-"),
+        );
+        check(
+            &format!(r#"{{"namespace_id": "chat", "actor_id": "{id}"}}"#),
+            false,
+            Ok(&format!(
+                "cpu 10000ms do=chat:{} dc=- script=- version=-",
+                id.to_lowercase()
+            )),
+        );
+        check(
+            r#"{"script": "api"}"#,
+            true,
+            Ok("cpu 10000ms do=- dc=- script=api version=latest"),
+        );
+        check(
+            r#"{"duration_ms": 999}"#,
+            false,
+            Err(("invalid_duration", "got 999")),
+        );
+        check(
+            r#"{"duration_ms": 50001}"#,
+            false,
+            Err(("invalid_duration", "between 1000 and 50000")),
+        );
+        check(
+            r#"{"duration_ms": -5}"#,
+            false,
+            Err(("invalid_duration", "whole number")),
+        );
+        check(
+            r#"{"duration_ms": 1.5}"#,
+            false,
+            Err(("invalid_duration", "whole number")),
+        );
+        check(
+            r#"{"profile_type": 3}"#,
+            false,
+            Err(("invalid_body", "profile_type: must be a string")),
+        );
+        check(
+            r#"{"profile_type": "CPU"}"#,
+            false,
+            Err(("invalid_profile_type", "`CPU`")),
+        );
+        check("[1]", false, Err(("invalid_body", "must be a JSON object")));
+        check("{", false, Err(("invalid_body", "not valid JSON")));
+        check(
+            r#"{"script": "api"}"#,
+            false,
+            Err(("invalid_body", "script: given in the URL")),
+        );
+        check(
+            r#"{"script": "a b"}"#,
+            true,
+            Err(("invalid_name", "script: `a b`")),
+        );
+        check(
+            r#"{"namespace_id": "", "actor_id": "00"}"#,
+            false,
+            Err(("invalid_durable_object", "namespace_id")),
+        );
+        check(
+            &format!(r#"{{"namespace_id": "chat", "actor_id": "{id}", "data_center": "lhr"}}"#),
+            false,
+            Err(("invalid_data_center", "cannot be combined")),
+        );
+    }
+
+    #[tokio::test]
+    async fn router_answers_json_errors_without_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db.sqlite");
+        let store = Arc::new(Store::open(db.to_str().unwrap()).await.unwrap());
+        let metrics = Arc::new(Metrics::default());
+        let state = AppState {
+            store: store.clone(),
+            fleet: Arc::new(Fleet::new(Duration::from_secs(5))),
+            captures: Captures::new(
+                store,
+                metrics.clone(),
+                crate::capture::CaptureSettings {
+                    agent_secret: "secret-secret".into(),
+                    slack: Duration::from_secs(1),
+                    max_per_script: 2,
+                    max_agent_response_bytes: 1 << 20,
+                },
+            ),
+            metrics,
+            max_wasm_bytes: 1 << 20,
+        };
+        let resp = app(state)
+            .oneshot(
+                axum::http::Request::get("/v1/accounts/acme/scripts")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], "missing_token");
+    }
+}

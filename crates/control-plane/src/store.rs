@@ -875,6 +875,7 @@ impl Store {
 
     /// Stores a new session and its first event.
     pub async fn create_session(&self, s: &SessionRow) -> Result<()> {
+        let mut tx = self.pool.begin().await.map_err(sql("begin a session"))?;
         sqlx::query(
             "INSERT INTO capture_sessions (id, account_id, script, version_id, version_selector, kind,
                 duration_ms, data_center, durable_object, status, error, targets_json, failures_json,
@@ -898,14 +899,22 @@ impl Store {
         .bind(s.machines_answered)
         .bind(s.created_at_ms)
         .bind(s.updated_at_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(sql(format!("create session {}", s.id)))?;
-        self.add_event(&s.id, &s.status, s.created_at_ms, None)
+        Self::add_event(&mut tx, &s.id, &s.status, s.created_at_ms, None).await?;
+        tx.commit()
             .await
+            .map_err(sql(format!("commit session {}", s.id)))
     }
 
-    async fn add_event(&self, id: &str, status: &str, at: i64, detail: Option<&str>) -> Result<()> {
+    async fn add_event(
+        conn: &mut sqlx::AnyConnection,
+        id: &str,
+        status: &str,
+        at: i64,
+        detail: Option<&str>,
+    ) -> Result<()> {
         sqlx::query(
             "INSERT INTO capture_session_events (session_id, seq, status, at_ms, detail)
              VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM capture_session_events WHERE session_id = $1), $2, $3, $4)",
@@ -914,7 +923,7 @@ impl Store {
         .bind(status)
         .bind(at)
         .bind(detail.map(str::to_owned))
-        .execute(&self.pool)
+        .execute(conn)
         .await
         .map_err(sql(format!("record a state change of session {id}")))?;
         Ok(())
@@ -929,6 +938,13 @@ impl Store {
         detail: Option<&str>,
     ) -> Result<()> {
         let now = now_ms();
+        // The state and its event are written together, so a crash never
+        // leaves one without the other.
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(sql("begin a state change"))?;
         sqlx::query(
             "UPDATE capture_sessions SET status = $2, error = COALESCE($3, error), updated_at_ms = $4 WHERE id = $1",
         )
@@ -936,10 +952,13 @@ impl Store {
         .bind(status)
         .bind(error.map(str::to_owned))
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(sql(format!("update session {id}")))?;
-        self.add_event(id, status, now, detail.or(error)).await
+        Self::add_event(&mut tx, id, status, now, detail.or(error)).await?;
+        tx.commit()
+            .await
+            .map_err(sql(format!("commit a state change of session {id}")))
     }
 
     /// Records how many machines answered and what failed so far.

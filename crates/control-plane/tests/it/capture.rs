@@ -110,7 +110,7 @@ async fn fleet_capture_merges_every_target_machine_with_labels() {
         .await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert!(
-        t0.elapsed() < Duration::from_millis(1000 + 1500),
+        t0.elapsed() < Duration::from_millis(1000 + 1500 + 1000),
         "took {:?}",
         t0.elapsed()
     );
@@ -224,7 +224,7 @@ async fn a_hanging_agent_makes_the_session_partial_naming_it() {
         .await;
     let elapsed = t0.elapsed();
     assert!(
-        elapsed < Duration::from_millis(1000 + 1500 + 700),
+        elapsed < Duration::from_millis(1000 + 1500 + 1500),
         "partial after {elapsed:?}, not within duration + slack"
     );
     assert_eq!(session["status"], "partial", "{session}");
@@ -339,7 +339,7 @@ async fn durable_object_capture_targets_its_one_isolate() {
 async fn a_machine_that_stops_heartbeating_drops_out_of_targets() {
     let (_dir, db) = support::sqlite();
     let mut config = support::config(&db);
-    config.heartbeat_interval = Duration::from_millis(200);
+    config.heartbeat_interval = Duration::from_millis(400);
     let cp = Cp::start(config).await;
     let v = cp.deploy("api", None).await;
     let a = Agent::start(
@@ -370,12 +370,12 @@ async fn a_machine_that_stops_heartbeating_drops_out_of_targets() {
     assert_eq!(machines(&body), vec!["m1", "m2"]);
     // m1 keeps heartbeating, m2 goes silent; after 3 intervals m2 is gone.
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
         a.heartbeat(cp.cp.grpc_addr).await;
     }
     let (_, body, _) = cp.get("/v1/accounts/acme/scripts/api/targets").await;
     assert_eq!(machines(&body), vec!["m1"]);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let (status, err, _, _) = cp
         .post_json(
             "/v1/accounts/acme/scripts/api/versions/latest/profile",

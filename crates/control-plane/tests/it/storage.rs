@@ -198,6 +198,7 @@ async fn store_on_postgres() {
         return;
     };
     check_store(&url).await;
+    support::drop_postgres_schema(&url).await;
 }
 
 #[tokio::test]

@@ -58,6 +58,21 @@ pub async fn postgres() -> Option<String> {
     Some(format!("{base}{sep}options=-c%20search_path%3D{schema}"))
 }
 
+/// Drops the schema [`postgres`] made for `url`.
+pub async fn drop_postgres_schema(url: &str) {
+    let (base, schema) = url
+        .split_once("options=-c%20search_path%3D")
+        .expect("a url from postgres()");
+    let base = base.trim_end_matches(['?', '&']);
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(base)
+        .await
+        .expect("connect");
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .execute(&mut conn)
+        .await
+        .expect("drop the test schema");
+}
+
 /// Test settings: loopback, ephemeral ports, a dev account `acme` plus
 /// tokens created by [`Cp::token`].
 pub fn config(database: &str) -> Config {
@@ -355,6 +370,11 @@ impl Agent {
 
     /// Sends one heartbeat to the control plane's Registry.
     pub async fn heartbeat(&self, registry: SocketAddr) {
+        self.heartbeat_as(registry, "acme").await;
+    }
+
+    /// Sends one heartbeat, with every isolate owned by `account`.
+    pub async fn heartbeat_as(&self, registry: SocketAddr, account: &str) {
         let mut client = registry_client(registry, SECRET).await;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -370,7 +390,7 @@ impl Agent {
                         isolate_id: i.id.clone(),
                         script: i.script.clone(),
                         version_id: i.version_id.clone(),
-                        account: "acme".into(),
+                        account: account.into(),
                         requests_last_60s: i.recent_requests,
                         last_request_unix_ms: if i.recent_requests > 0 { now - 500 } else { 0 },
                         durable_objects: i.durable_objects.clone(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
-use crate::{Function, Location, Profile, string};
+use crate::{Function, Location, Mapping, Profile, string};
 
 /// Which value of each sample a report reads: a sample type by name
 /// (`cpu`, `alloc_space`) or by 0-based position.
@@ -95,6 +95,20 @@ pub struct Frame<'a> {
     pub line: i64,
     /// Whether this frame was inlined into its caller.
     pub inlined: bool,
+    /// The location has no lines: `function` is the base name of its
+    /// mapping's file, which reports show as `[name]`, as pprof does.
+    pub unsymbolized: bool,
+}
+
+impl Frame<'_> {
+    /// The name reports show: `function`, or `[function]` when unsymbolized.
+    pub fn display_name(&self) -> std::borrow::Cow<'_, str> {
+        if self.unsymbolized {
+            format!("[{}]", self.function).into()
+        } else {
+            self.function.into()
+        }
+    }
 }
 
 /// Id → entry lookups for a validated profile.
@@ -102,6 +116,7 @@ pub(crate) struct Index<'a> {
     profile: &'a Profile,
     locations: Lookup<'a, Location>,
     functions: Lookup<'a, Function>,
+    mappings: Lookup<'a, Mapping>,
 }
 
 enum Lookup<'a, T> {
@@ -132,6 +147,7 @@ impl<'a> Index<'a> {
             profile,
             locations: Lookup::new(&profile.location, |l| l.id),
             functions: Lookup::new(&profile.function, |f| f.id),
+            mappings: Lookup::new(&profile.mapping, |m| m.id),
         }
     }
 
@@ -144,25 +160,25 @@ impl<'a> Index<'a> {
                 file: "",
                 line: 0,
                 inlined: false,
+                unsymbolized: false,
             });
             return;
         };
         if loc.line.is_empty() {
-            let module = p
-                .mapping
-                .iter()
-                .find(|m| m.id == loc.mapping_id)
+            let module = self
+                .mappings
+                .get(loc.mapping_id)
                 .map(|m| string(p, m.filename))
                 .unwrap_or("");
+            // pprof names such a frame by the base name of the mapping's
+            // file, shown in brackets (`[worker.wasm]`).
+            let base = module.rsplit('/').next().unwrap_or(module);
             out.push(Frame {
-                function: if module.is_empty() {
-                    "<unknown>"
-                } else {
-                    module
-                },
+                function: if base.is_empty() { "<unknown>" } else { base },
                 file: "",
                 line: 0,
                 inlined: false,
+                unsymbolized: !base.is_empty(),
             });
             return;
         }
@@ -177,6 +193,7 @@ impl<'a> Index<'a> {
                 file,
                 line: line.line,
                 inlined: i != last,
+                unsymbolized: false,
             });
         }
     }
@@ -267,8 +284,8 @@ pub fn top(profile: &Profile, options: &TopOptions) -> Result<TopReport, ReportE
     let index = Index::new(profile);
 
     // Node per distinct function name.
-    let mut nodes: FxHashMap<&str, usize> = FxHashMap::default();
-    let mut names: Vec<&str> = Vec::new();
+    let mut nodes: FxHashMap<(&str, bool), usize> = FxHashMap::default();
+    let mut names: Vec<(&str, bool)> = Vec::new();
     let mut flat: Vec<i64> = Vec::new();
     let mut cum: Vec<i64> = Vec::new();
     let mut last_seen: Vec<usize> = Vec::new();
@@ -286,8 +303,9 @@ pub fn top(profile: &Profile, options: &TopOptions) -> Result<TopReport, ReportE
             index.location_frames(id, &mut frames);
         }
         for (fi, frame) in frames.iter().enumerate() {
-            let node = *nodes.entry(frame.function).or_insert_with(|| {
-                names.push(frame.function);
+            let key = (frame.function, frame.unsymbolized);
+            let node = *nodes.entry(key).or_insert_with(|| {
+                names.push(key);
                 flat.push(0);
                 cum.push(0);
                 last_seen.push(usize::MAX);
@@ -306,13 +324,17 @@ pub fn top(profile: &Profile, options: &TopOptions) -> Result<TopReport, ReportE
     let node_cutoff = ((total as f64) * options.node_fraction).abs() as i64;
     let mut rows: Vec<TopRow> = Vec::with_capacity(names.len());
     let mut dropped_nodes = 0;
-    for (i, name) in names.iter().enumerate() {
+    for (i, &(name, unsymbolized)) in names.iter().enumerate() {
         if cum[i].saturating_abs() < node_cutoff {
             dropped_nodes += 1;
             continue;
         }
         rows.push(TopRow {
-            function: (*name).to_owned(),
+            function: if unsymbolized {
+                format!("[{name}]")
+            } else {
+                name.to_owned()
+            },
             flat: flat[i],
             cum: cum[i],
         });
@@ -380,7 +402,11 @@ pub fn collapse(
                 key.push(';');
             }
             // `;` separates frames and a space ends the stack in this format.
-            key.extend(f.function.chars().map(|c| if c == ';' { ':' } else { c }));
+            key.extend(
+                f.display_name()
+                    .chars()
+                    .map(|c| if c == ';' { ':' } else { c }),
+            );
         }
         if key.is_empty() {
             key.push_str("<empty>");

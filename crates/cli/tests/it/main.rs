@@ -1,0 +1,6 @@
+//! Integration tests of the `edgeprof` binary: the offline commands on real
+//! files, against the reference tool (`go tool pprof`) where it matters.
+
+mod errors;
+mod interop;
+mod support;

@@ -1,0 +1,3 @@
+module edgeprof.test/go-oracle
+
+go 1.19

@@ -4,6 +4,7 @@
 
 use rustc_hash::FxHashMap;
 
+use crate::report::Lookup;
 use crate::{Label, LineSpec, Profile, ProfileBuilder, string};
 
 /// Why profiles cannot be merged.
@@ -177,53 +178,81 @@ impl Merger {
             *slot
         };
 
+        // Only what samples use is copied, so the output is compact
+        // (pprof's merge also drops unreferenced entries).
+        let locations = Lookup::new(&profile.location, |l| l.id);
+        let functions = Lookup::new(&profile.function, |f| f.id);
+        let mappings = Lookup::new(&profile.mapping, |m| m.id);
         self.mappings.clear();
-        for m in &profile.mapping {
-            let key = (
-                m.memory_start,
-                m.memory_limit,
-                m.file_offset,
-                map_str(b, m.filename),
-                map_str(b, m.build_id),
-            );
-            let id = b.mapping_interned(
-                key,
-                [
-                    m.has_functions,
-                    m.has_filenames,
-                    m.has_line_numbers,
-                    m.has_inline_frames,
-                ],
-            );
-            self.mappings.insert(m.id, id);
-        }
         self.functions.clear();
-        for f in &profile.function {
-            let key = (
-                map_str(b, f.name),
-                map_str(b, f.system_name),
-                map_str(b, f.filename),
-                f.start_line,
-            );
-            self.functions.insert(f.id, b.function_interned(key));
-        }
         self.locations.clear();
         let mut lines = Vec::new();
-        for loc in &profile.location {
+        let mut intern_location = |b: &mut ProfileBuilder,
+                                   map_str: &mut dyn FnMut(&mut ProfileBuilder, i64) -> i64,
+                                   id: u64|
+         -> u64 {
+            if let Some(&out) = self.locations.get(&id) {
+                return out;
+            }
+            let loc = locations
+                .get(id)
+                .expect("a validated profile has no dangling ids");
             lines.clear();
-            lines.extend(loc.line.iter().map(|l| LineSpec {
-                function_id: self.functions[&l.function_id],
-                line: l.line,
-                column: l.column,
-            }));
-            let mapping = if loc.mapping_id == 0 {
-                0
-            } else {
-                self.mappings[&loc.mapping_id]
+            for l in &loc.line {
+                let function_id = match self.functions.get(&l.function_id) {
+                    Some(&out) => out,
+                    None => {
+                        let f = functions
+                            .get(l.function_id)
+                            .expect("a validated profile has no dangling ids");
+                        let key = (
+                            map_str(b, f.name),
+                            map_str(b, f.system_name),
+                            map_str(b, f.filename),
+                            f.start_line,
+                        );
+                        let out = b.function_interned(key);
+                        self.functions.insert(l.function_id, out);
+                        out
+                    }
+                };
+                lines.push(LineSpec {
+                    function_id,
+                    line: l.line,
+                    column: l.column,
+                });
+            }
+            let mapping = match (loc.mapping_id, self.mappings.get(&loc.mapping_id)) {
+                (0, _) => 0,
+                (_, Some(&out)) => out,
+                (in_id, None) => {
+                    let m = mappings
+                        .get(in_id)
+                        .expect("a validated profile has no dangling ids");
+                    let key = (
+                        m.memory_start,
+                        m.memory_limit,
+                        m.file_offset,
+                        map_str(b, m.filename),
+                        map_str(b, m.build_id),
+                    );
+                    let out = b.mapping_interned(
+                        key,
+                        [
+                            m.has_functions,
+                            m.has_filenames,
+                            m.has_line_numbers,
+                            m.has_inline_frames,
+                        ],
+                    );
+                    self.mappings.insert(in_id, out);
+                    out
+                }
             };
-            let id = b.location_full(mapping, loc.address, &lines, loc.is_folded);
-            self.locations.insert(loc.id, id);
-        }
+            let out = b.location_full(mapping, loc.address, &lines, loc.is_folded);
+            self.locations.insert(id, out);
+            out
+        };
 
         let extra: Vec<Label> = labels.iter().map(|(k, v)| b.label_str(k, v)).collect();
         let mut stack = Vec::new();
@@ -233,7 +262,9 @@ impl Merger {
                 continue;
             }
             stack.clear();
-            stack.extend(s.location_id.iter().map(|id| self.locations[id]));
+            for &id in &s.location_id {
+                stack.push(intern_location(b, &mut map_str, id));
+            }
             sample_labels.clear();
             for l in &s.label {
                 sample_labels.push(Label {

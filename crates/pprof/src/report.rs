@@ -119,21 +119,21 @@ pub(crate) struct Index<'a> {
     mappings: Lookup<'a, Mapping>,
 }
 
-enum Lookup<'a, T> {
+pub(crate) enum Lookup<'a, T> {
     /// Ids are 1..=n in order: id - 1 is the position.
     Dense(&'a [T]),
     Sparse(FxHashMap<u64, &'a T>),
 }
 
 impl<'a, T> Lookup<'a, T> {
-    fn new(items: &'a [T], id: impl Fn(&T) -> u64) -> Self {
+    pub(crate) fn new(items: &'a [T], id: impl Fn(&T) -> u64) -> Self {
         if items.iter().enumerate().all(|(i, x)| id(x) == i as u64 + 1) {
             Lookup::Dense(items)
         } else {
             Lookup::Sparse(items.iter().map(|x| (id(x), x)).collect())
         }
     }
-    fn get(&self, id: u64) -> Option<&'a T> {
+    pub(crate) fn get(&self, id: u64) -> Option<&'a T> {
         match self {
             Lookup::Dense(items) => id.checked_sub(1).and_then(|i| items.get(i as usize)),
             Lookup::Sparse(map) => map.get(&id).copied(),

@@ -447,6 +447,7 @@ impl Captures {
             self.metrics.captures_done.inc();
         } else {
             let mut names: Vec<&str> = failures.iter().map(|f| f.machine.as_str()).collect();
+            names.sort_unstable();
             names.dedup();
             let detail = format!("no profile from {}", names.join(", "));
             self.store

@@ -41,6 +41,17 @@ enum Command {
     Sessions(online::SessionsArgs),
     /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
     Top(offline::TopArgs),
+    /// Interactive flamegraph and table of a profile, in the terminal.
+    View {
+        /// Profile to open (`-` for stdin).
+        file: PathBuf,
+        /// Sample type shown first, by name or 0-based number.
+        #[arg(long, short = 'i')]
+        sample_index: Option<String>,
+        /// Merge frames by file:line instead of by function.
+        #[arg(long)]
+        by_line: bool,
+    },
     /// Merge profiles of one kind into one gzip'd pprof file.
     Merge {
         /// Profiles to merge (`.pprof`, gzip'd or raw).
@@ -69,6 +80,11 @@ fn main() -> ExitCode {
         Command::Deploy(args) => online::deploy(&cli.connection, &args, &mut out),
         Command::Sessions(args) => online::sessions(&cli.connection, &args, &mut out),
         Command::Top(args) => offline::top(&args, &mut out),
+        Command::View {
+            file,
+            sample_index,
+            by_line,
+        } => offline::view(&file, sample_index.as_deref(), by_line),
         Command::Merge { files, output } => offline::merge(&files, &output),
         Command::Collapse { file, sample_index } => {
             offline::collapse(&file, sample_index.as_deref(), &mut out)

@@ -193,3 +193,29 @@ pub fn collapse(file: &Path, index: Option<&str>, out: &mut impl Write) -> Resul
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn view(file: &Path, index: Option<&str>, by_line: bool) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    let profile = read_profile(file)?;
+    if !std::io::stdout().is_terminal() {
+        return Err(anyhow!(
+            "{}: `edgeprof view` needs a terminal; use `edgeprof top` or `collapse` for text",
+            file.display()
+        ));
+    }
+    let sample_index = sample_index(index);
+    // Fail before taking over the screen when the sample index is wrong.
+    edgeprof_pprof::resolve_sample_index(&profile, sample_index.as_ref())
+        .map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let options = edgeprof_viewer::terminal::TerminalOptions {
+        sample_index,
+        granularity: if by_line {
+            edgeprof_viewer::Granularity::FileLine
+        } else {
+            edgeprof_viewer::Granularity::Function
+        },
+    };
+    edgeprof_viewer::terminal::run_terminal(profile, options)
+        .with_context(|| format!("{}: terminal viewer", file.display()))?;
+    Ok(ExitCode::SUCCESS)
+}

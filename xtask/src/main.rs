@@ -7,7 +7,9 @@
 //! - `ci`: the whole test suite (what `.ci/run` runs): installs what it needs,
 //!   then fmt, clippy, tests.
 //! - `codegen`: regenerates `crates/proto/src/gen` from `proto/`.
+//! - `bench pprof`: decode+merge of 100 profiles, edgeprof beside `go tool pprof`.
 
+mod bench;
 mod ci;
 mod util;
 
@@ -20,6 +22,7 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let result = match task {
+        "bench" => bench::run(rest),
         "ci" => ci::run(rest),
         "codegen" => ci::codegen(),
         "help" | "--help" | "-h" => {
@@ -40,5 +43,6 @@ fn main() -> ExitCode {
 const HELP: &str = "usage: cargo xtask <task>
 
 tasks:
+  bench pprof  decode+merge of 100 profiles: edgeprof vs go tool pprof, side by side
   ci         run the whole test suite (installs what it needs)
   codegen    regenerate crates/proto/src/gen from proto/";

@@ -19,7 +19,14 @@ fn profiles(n: u64) -> Vec<Profile> {
 }
 
 fn benches(c: &mut Criterion) {
-    let inputs = profiles(100);
+    // `cargo test --all-targets` runs benches once each in a debug build:
+    // there, a few profiles are enough to check they work.
+    let n = if std::env::args().any(|a| a == "--bench") {
+        100
+    } else {
+        4
+    };
+    let inputs = profiles(n);
     let encoded: Vec<Vec<u8>> = inputs.iter().map(encode).collect();
     let bytes: u64 = encoded.iter().map(|e| e.len() as u64).sum();
 
@@ -35,11 +42,11 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("merge");
     g.sample_size(20);
-    g.bench_function(BenchmarkId::new("decoded", 100), |b| {
+    g.bench_function(BenchmarkId::new("decoded", n), |b| {
         b.iter(|| edgeprof_pprof::merge(&inputs).unwrap())
     });
     g.throughput(Throughput::Bytes(bytes));
-    g.bench_function(BenchmarkId::new("decode_and_merge", 100), |b| {
+    g.bench_function(BenchmarkId::new("decode_and_merge", n), |b| {
         b.iter(|| {
             let mut m = Merger::new();
             for e in &encoded {
@@ -52,7 +59,7 @@ fn benches(c: &mut Criterion) {
 
     let merged = edgeprof_pprof::merge(&inputs).unwrap();
     let mut g = c.benchmark_group("report");
-    for (name, p) in [("one_isolate", &inputs[0]), ("merged_100", &merged)] {
+    for (name, p) in [("one_isolate", &inputs[0]), ("merged", &merged)] {
         g.bench_function(BenchmarkId::new("top_flat", name), |b| {
             b.iter(|| top(p, &TopOptions::default()).unwrap())
         });
@@ -70,7 +77,7 @@ fn benches(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("encode");
-    g.bench_function("merged_100", |b| b.iter(|| encode(&merged)));
+    g.bench_function("merged", |b| b.iter(|| encode(&merged)));
     g.finish();
 }
 

@@ -86,6 +86,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| CallTree::build(&p, &TreeOptions::default()).unwrap())
     });
     let tree = CallTree::build(&p, &TreeOptions::default()).unwrap();
+    eprintln!(
+        "profile: {} samples, {} call-tree nodes, {} frames",
+        p.sample.len(),
+        tree.nodes.len(),
+        tree.frames.len()
+    );
     g.bench_function("layout_1920", |b| {
         b.iter(|| Layout::new(&tree, CallTree::ROOT, options))
     });

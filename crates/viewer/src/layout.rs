@@ -129,7 +129,7 @@ impl Layout {
                 };
                 let mut off = offsets[b];
                 let mut folded: Option<(i64, i64, u32)> = None; // (offset, total, frames)
-                for &child in &tree.node(parent).children {
+                for &child in tree.children(parent) {
                     let total = tree.node(child).total;
                     if total <= 0 {
                         break; // children are sorted widest first

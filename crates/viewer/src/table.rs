@@ -81,7 +81,7 @@ pub fn frame_totals(tree: &CallTree) -> (Vec<i64>, Vec<i64>) {
         }
         on_path[f] += 1;
         stack.push((id, true));
-        stack.extend(node.children.iter().rev().map(|&c| (c, false)));
+        stack.extend(tree.children(id).iter().rev().map(|&c| (c, false)));
     }
     (self_values, totals)
 }

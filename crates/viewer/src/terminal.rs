@@ -207,8 +207,7 @@ impl App {
             }
             KeyCode::Down => {
                 if let Some(child) = tree
-                    .node(self.selected)
-                    .children
+                    .children(self.selected)
                     .iter()
                     .find(|&&c| layout.find(c).is_some())
                 {

@@ -28,7 +28,7 @@ pub fn tree(tree: &CallTree) -> String {
             let _ = write!(out, " ({})", frame.location());
         }
         out.push('\n');
-        stack.extend(node.children.iter().rev());
+        stack.extend(tree.children(id).iter().rev());
     }
     out
 }

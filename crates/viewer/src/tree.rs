@@ -62,8 +62,6 @@ pub struct Node {
     pub parent: NodeId,
     /// Distance from the root (the root is 0).
     pub depth: u32,
-    /// Callees, widest first (then by name), so layouts are deterministic.
-    pub children: Vec<NodeId>,
     /// Value of samples whose leaf is this node.
     pub self_value: i64,
     /// Value of samples passing through this node. A path visits a node once,
@@ -78,8 +76,13 @@ pub struct Node {
 pub struct CallTree {
     /// Distinct frames; `frames[0]` is the root's, named `all`.
     pub frames: Vec<FrameInfo>,
-    /// Nodes; `nodes[0]` is the root.
+    /// Nodes; `nodes[0]` is the root. Parents come before their children.
     pub nodes: Vec<Node>,
+    /// `children[child_start[n]..child_start[n + 1]]`: the callees of node
+    /// `n`, widest first (then by name) so layouts are deterministic. One
+    /// array rather than a `Vec` per node: a big tree has a million nodes.
+    children: Vec<NodeId>,
+    child_start: Vec<u32>,
     /// Position of the sample type read.
     pub sample_index: usize,
     /// Its type, e.g. `cpu`.
@@ -134,11 +137,12 @@ impl CallTree {
                 frame: 0,
                 parent: Self::ROOT,
                 depth: 0,
-                children: Vec::new(),
                 self_value: 0,
                 total: 0,
                 samples: 0,
             }],
+            children: Vec::new(),
+            child_start: Vec::new(),
             sample_index: vi,
             sample_type: sample_types[vi].0.clone(),
             unit: sample_types[vi].1.clone(),
@@ -185,7 +189,10 @@ impl CallTree {
         };
         let unknown = vec![unknown_frame];
 
-        let mut children: FxHashMap<(NodeId, FrameId), NodeId> = FxHashMap::default();
+        // 1. Merge samples with the same stack: a big profile repeats few
+        //    stacks many times (1 M samples over 100 k stacks).
+        let mut by_stack: FxHashMap<&[u64], usize> = FxHashMap::default();
+        let mut stacks: Vec<(&[u64], i64, i64)> = Vec::new();
         for sample in &profile.sample {
             let v = sample.value.get(vi).copied().unwrap_or(0);
             let n = match samples_vi {
@@ -195,49 +202,106 @@ impl CallTree {
             if v == 0 && n == 0 {
                 continue;
             }
-            let mut node = Self::ROOT;
-            tree.add(node, v, n);
-            for id in sample.location_id.iter().rev() {
-                let frames = location_frames.get(id).unwrap_or(&unknown);
-                for &frame in frames {
-                    let next = tree.nodes.len() as NodeId;
-                    let child = *children.entry((node, frame)).or_insert(next);
-                    if child == next {
-                        let depth = tree.nodes[node as usize].depth + 1;
-                        tree.nodes.push(Node {
-                            frame,
-                            parent: node,
-                            depth,
-                            children: Vec::new(),
-                            self_value: 0,
-                            total: 0,
-                            samples: 0,
-                        });
-                        tree.nodes[node as usize].children.push(child);
-                    }
-                    node = child;
-                    tree.add(node, v, n);
-                }
+            let i = *by_stack
+                .entry(sample.location_id.as_slice())
+                .or_insert_with(|| {
+                    stacks.push((sample.location_id.as_slice(), 0, 0));
+                    stacks.len() - 1
+                });
+            let slot = &mut stacks[i];
+            slot.1 = slot.1.saturating_add(v);
+            slot.2 = slot.2.saturating_add(n);
+        }
+        drop(by_stack);
+
+        // 2. Each stack as frame ids, root first, in one arena.
+        let mut arena: Vec<FrameId> = Vec::new();
+        let mut paths: Vec<(std::ops::Range<usize>, i64, i64)> = Vec::with_capacity(stacks.len());
+        for &(ids, v, n) in &stacks {
+            let start = arena.len();
+            for id in ids.iter().rev() {
+                arena.extend_from_slice(location_frames.get(id).unwrap_or(&unknown));
             }
-            let leaf = &mut tree.nodes[node as usize];
-            leaf.self_value = leaf.self_value.saturating_add(v);
+            paths.push((start..arena.len(), v, n));
+        }
+        drop(stacks);
+
+        // 3. In sorted order, a path shares the longest prefix it can share
+        //    with any other path with the one just before it: walk down that
+        //    prefix and create the rest, no lookups needed.
+        paths.sort_unstable_by(|a, b| arena[a.0.clone()].cmp(&arena[b.0.clone()]));
+        let mut path: Vec<NodeId> = vec![Self::ROOT];
+        let mut previous: &[FrameId] = &[];
+        let mut samples = vec![0i64];
+        for (range, v, n) in paths {
+            let frames = &arena[range];
+            let common = frames
+                .iter()
+                .zip(previous)
+                .take_while(|(a, b)| a == b)
+                .count();
+            path.truncate(common + 1);
+            for &frame in &frames[common..] {
+                let parent = *path.last().unwrap_or(&Self::ROOT);
+                let id = tree.nodes.len() as NodeId;
+                let depth = tree.nodes[parent as usize].depth + 1;
+                tree.nodes.push(Node {
+                    frame,
+                    parent,
+                    depth,
+                    self_value: 0,
+                    total: 0,
+                    samples: 0,
+                });
+                samples.push(0);
+                path.push(id);
+            }
+            let leaf = *path.last().unwrap_or(&Self::ROOT) as usize;
+            tree.nodes[leaf].self_value = tree.nodes[leaf].self_value.saturating_add(v);
+            samples[leaf] = samples[leaf].saturating_add(n);
+            previous = frames;
+        }
+
+        // 4. Totals bottom-up: children come after their parents.
+        for i in (0..tree.nodes.len()).rev() {
+            let node = &mut tree.nodes[i];
+            node.total = node.total.saturating_add(node.self_value);
+            node.samples = node.samples.saturating_add(samples[i]);
+            let (total, count, parent) = (node.total, node.samples, node.parent as usize);
+            if i != 0 {
+                let p = &mut tree.nodes[parent];
+                p.total = p.total.saturating_add(total);
+                p.samples = p.samples.saturating_add(count);
+            }
         }
         // Unused frames (locations no sample reaches) stay in the table; they
         // cost little and keep frame ids independent of the sample index.
-        tree.sort_children();
+        tree.index_children();
         Ok(tree)
     }
 
-    fn add(&mut self, node: NodeId, v: i64, n: i64) {
-        let node = &mut self.nodes[node as usize];
-        node.total = node.total.saturating_add(v);
-        node.samples = node.samples.saturating_add(n);
-    }
-
-    fn sort_children(&mut self) {
-        for i in 0..self.nodes.len() {
-            let mut children = std::mem::take(&mut self.nodes[i].children);
-            children.sort_by(|&a, &b| {
+    fn index_children(&mut self) {
+        let n = self.nodes.len();
+        let mut start = vec![0u32; n + 1];
+        for node in &self.nodes[1..] {
+            start[node.parent as usize + 1] += 1;
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut children = vec![0 as NodeId; n.saturating_sub(1)];
+        for (i, node) in self.nodes.iter().enumerate().skip(1) {
+            let slot = &mut fill[node.parent as usize];
+            children[*slot as usize] = i as NodeId;
+            *slot += 1;
+        }
+        for i in 0..n {
+            let slice = &mut children[start[i] as usize..start[i + 1] as usize];
+            if slice.len() < 2 {
+                continue;
+            }
+            slice.sort_by(|&a, &b| {
                 let (na, nb) = (&self.nodes[a as usize], &self.nodes[b as usize]);
                 nb.total.cmp(&na.total).then_with(|| {
                     let (fa, fb) = (
@@ -250,8 +314,15 @@ impl CallTree {
                         .then_with(|| fa.line.cmp(&fb.line))
                 })
             });
-            self.nodes[i].children = children;
         }
+        self.children = children;
+        self.child_start = start;
+    }
+
+    /// The callees of `id`, widest first (then by name).
+    pub fn children(&self, id: NodeId) -> &[NodeId] {
+        let i = id as usize;
+        &self.children[self.child_start[i] as usize..self.child_start[i + 1] as usize]
     }
 
     /// The node `id`; panics if it is not from this tree.

@@ -23,8 +23,7 @@ fn node(tree: &CallTree, path: &str) -> NodeId {
     let mut id = CallTree::ROOT;
     for name in path.split(';') {
         id = *tree
-            .node(id)
-            .children
+            .children(id)
             .iter()
             .find(|&&c| tree.frame(c).function == name)
             .unwrap_or_else(|| panic!("no {name} under {}", tree.frame(id).function));

@@ -1,6 +1,7 @@
 //! Integration tests of the viewer: the model through its public API, and
 //! the terminal front rendered into ratatui's `TestBackend`.
 
+mod invariants;
 mod model;
 // The realistic profiles are for the terminal snapshots.
 #[cfg_attr(not(feature = "terminal"), allow(dead_code))]

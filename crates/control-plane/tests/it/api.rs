@@ -457,6 +457,21 @@ async fn versions_deployment_and_health() {
             .unwrap()
             .contains("versions[0].version_id: `nope` is not a version of `api`")
     );
+    let (status, body, _) = cp.get("/v1/accounts/acme/scripts/nope/versions").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_script"))
+    );
+    let (status, body, _) = cp.get("/v1/accounts/acme/profiles/0000").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_session"))
+    );
+    let (status, body, _) = cp.get("/v1/accounts/acme/profiles?limit=0").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_limit"))
+    );
     let (status, _, raw) = cp.get("/healthz").await;
     assert_eq!((status, raw.as_slice()), (200, &b"ok\n"[..]));
     let (status, body, _) = cp.get("/v1/nothing").await;

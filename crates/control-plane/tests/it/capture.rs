@@ -16,7 +16,20 @@ fn src(dc: &str, machine: &str, isolate: &str) -> (String, String, String, Optio
 #[tokio::test]
 async fn fleet_capture_merges_every_target_machine_with_labels() {
     let (_dir, db) = support::sqlite();
-    let cp = Cp::start(support::config(&db)).await;
+    fleet_capture(&db).await;
+}
+
+#[tokio::test]
+async fn fleet_capture_on_postgres() {
+    let Some(url) = support::postgres().await else {
+        return;
+    };
+    fleet_capture(&url).await;
+    support::drop_postgres_schema(&url).await;
+}
+
+async fn fleet_capture(db: &str) {
+    let cp = Cp::start(support::config(db)).await;
     let old = cp.deploy("api", None).await;
     let v = cp.deploy("api", Some(50)).await;
     let other = cp.deploy("billing", None).await;

@@ -873,7 +873,7 @@ fn session_json(row: &SessionRow, detail: bool) -> Value {
 #[derive(Debug, serde::Deserialize)]
 struct SessionsQuery {
     script: Option<String>,
-    limit: Option<i64>,
+    limit: Option<String>,
 }
 
 async fn list_sessions(
@@ -883,13 +883,18 @@ async fn list_sessions(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     authorize(&state, &headers, &account).await?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_limit",
-            format!("limit: must be 1–1000 (got {limit})"),
-        ));
-    }
+    let limit = match q.limit.as_deref() {
+        None => 100,
+        Some(l) => match l.parse::<i64>() {
+            Ok(n) if (1..=1000).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_limit",
+                    format!("limit: must be a whole number from 1 to 1000 (got `{l}`)"),
+                ));
+            }
+        },
+    };
     let rows = state
         .store
         .sessions(&account, q.script.as_deref(), limit)

@@ -467,11 +467,16 @@ async fn versions_deployment_and_health() {
         (status, body["error"]["code"].as_str()),
         (404, Some("unknown_session"))
     );
-    let (status, body, _) = cp.get("/v1/accounts/acme/profiles?limit=0").await;
-    assert_eq!(
-        (status, body["error"]["code"].as_str()),
-        (400, Some("invalid_limit"))
-    );
+    for limit in ["0", "abc", "1001"] {
+        let (status, body, _) = cp
+            .get(&format!("/v1/accounts/acme/profiles?limit={limit}"))
+            .await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("invalid_limit")),
+            "{limit}"
+        );
+    }
     let (status, _, raw) = cp.get("/healthz").await;
     assert_eq!((status, raw.as_slice()), (200, &b"ok\n"[..]));
     let (status, body, _) = cp.get("/v1/nothing").await;

@@ -3,6 +3,7 @@
 
 mod invariants;
 mod model;
+mod properties;
 // The realistic profiles are for the terminal snapshots.
 #[cfg_attr(not(feature = "terminal"), allow(dead_code))]
 mod profiles;

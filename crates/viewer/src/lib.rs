@@ -11,6 +11,29 @@
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
 //! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`.
 //!
+//! ```
+//! use edgeprof_pprof::{LineSpec, ProfileBuilder};
+//! use edgeprof_viewer::{Granularity, LayoutOptions, Search, SearchMode, View, text};
+//!
+//! let mut b = ProfileBuilder::new(&[("cpu", "nanoseconds")]);
+//! let mut at = |name: &str| {
+//!     let f = b.function(name, name, "src/lib.rs", 1);
+//!     b.location(0, 0, &[LineSpec { function_id: f, line: 1, column: 0 }])
+//! };
+//! let (main, parse, render) = (at("main"), at("parse"), at("render"));
+//! b.add_sample(&[parse, main], &[30], &[]); // leaf first
+//! b.add_sample(&[render, main], &[10], &[]);
+//! let mut view = View::new(&b.build(), None, Granularity::Function).unwrap();
+//!
+//! view.set_search(Some(&Search::new("parse", SearchMode::Substring).unwrap()));
+//! let layout = view.layout(LayoutOptions { width: 16, min_width: 1, max_depth: None });
+//! assert_eq!(
+//!     text::flamegraph(view.tree(), &layout, view.search()),
+//!     "[all           ]\n[main          ]\n{parse     }[re]\n"
+//! );
+//! assert_eq!(view.search().unwrap().covered_percent, 75.0);
+//! ```
+//!
 //! Architecture invariant: without the `terminal` feature this crate does no
 //! IO (no files, sockets, threads or clocks) and never depends on tokio, sqlx
 //! or tonic, so it compiles for `wasm32-unknown-unknown` for the browser

@@ -11,7 +11,11 @@ use std::io;
 use edgeprof_pprof::{Profile, SampleIndex};
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event, KeyCode, KeyEvent, KeyEventKind,
+    KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use ratatui::crossterm::execute;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 
@@ -62,6 +66,8 @@ pub struct App {
     message: Option<String>,
     /// Size of the middle pane at the last render (80×19 before the first).
     pane_size: (u16, u16),
+    /// Screen position of the middle pane's top-left cell at the last render.
+    pane_origin: (u16, u16),
 }
 
 impl App {
@@ -84,6 +90,7 @@ impl App {
             flame_offset: 0,
             message: None,
             pane_size: (80, 19),
+            pane_origin: (0, 2),
         })
     }
 
@@ -158,6 +165,41 @@ impl App {
             },
         }
         true
+    }
+
+    /// Applies one mouse event: a click selects the frame under it, a click
+    /// on the selected frame focuses it, the wheel moves up and down callers.
+    pub fn handle_mouse(&mut self, mouse: MouseEvent) {
+        if self.input.is_some() || self.pane != Pane::Flamegraph {
+            return;
+        }
+        match mouse.kind {
+            MouseEventKind::Down(MouseButton::Left) => {
+                let (x0, y0) = self.pane_origin;
+                if mouse.column < x0 || mouse.row < y0 || mouse.row >= y0 + self.pane_size.1 {
+                    return;
+                }
+                let depth = self.flame_offset + usize::from(mouse.row - y0);
+                let layout = self.layout();
+                let Some(node) = layout
+                    .hit(u32::from(mouse.column - x0), depth)
+                    .and_then(|b| b.node())
+                else {
+                    return;
+                };
+                self.message = None;
+                if node == self.selected {
+                    self.view.focus_on(node);
+                    self.flame_offset = 0;
+                } else {
+                    self.selected = node;
+                }
+                self.keep_selection_visible();
+            }
+            MouseEventKind::ScrollUp => self.flame_key(KeyCode::Up),
+            MouseEventKind::ScrollDown => self.flame_key(KeyCode::Down),
+            _ => {}
+        }
     }
 
     fn search_key(&mut self, key: KeyEvent) {
@@ -332,6 +374,7 @@ impl App {
         let pane = Rect::new(area.x, area.y + 2, area.width, area.height - 5);
         let resized = self.pane_size != (pane.width, pane.height);
         self.pane_size = (pane.width, pane.height);
+        self.pane_origin = (pane.x, pane.y);
         if resized {
             self.keep_selection_visible();
         }
@@ -606,15 +649,19 @@ pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()
     let mut app =
         App::new(profile, options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let mut terminal = ratatui::try_init()?;
-    let result = (|| loop {
-        terminal.draw(|frame| app.render(frame))?;
-        match event::read()? {
-            Event::Key(key) if !app.handle_key(key) => return Ok(()),
-            // Other keys changed the state and resizes the size: both show
-            // at the next draw.
-            _ => {}
+    let result = execute!(io::stdout(), EnableMouseCapture).and_then(|()| {
+        loop {
+            terminal.draw(|frame| app.render(frame))?;
+            match event::read()? {
+                Event::Key(key) if !app.handle_key(key) => return Ok(()),
+                Event::Mouse(mouse) => app.handle_mouse(mouse),
+                // Other keys changed the state and resizes the size: both show
+                // at the next draw.
+                _ => {}
+            }
         }
-    })();
+    });
+    let released = execute!(io::stdout(), DisableMouseCapture);
     let restored = ratatui::try_restore();
-    result.and(restored)
+    result.and(released).and(restored)
 }

@@ -9,7 +9,9 @@ use edgeprof_viewer::terminal::{App, FOLDED_COLOR, MATCH_COLOR, Pane, TerminalOp
 use insta::assert_snapshot;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::crossterm::event::{
+    KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
 use ratatui::style::Modifier;
 
 use crate::profiles::{image_resizer_heap, json_gateway_cpu};
@@ -230,5 +232,40 @@ fn an_unknown_sample_index_fails_with_the_list() {
     assert_eq!(
         err.to_string(),
         r#"sample index "inuse_space" not found; the profile has: 0=samples, 1=cpu"#
+    );
+}
+
+fn click(app: &mut App, column: u16, row: u16) {
+    app.handle_mouse(MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    });
+}
+
+#[test]
+fn a_click_selects_a_frame_and_a_second_click_focuses_it() {
+    let mut app = cpu();
+    screen(&mut app, 80, 24);
+    // Screen row 5 is the flamegraph's depth 3; column 45 is inside
+    // from_slice (see the cpu_initial snapshot).
+    click(&mut app, 45, 5);
+    assert_eq!(
+        app.view().tree().frame(app.selected()).function,
+        "serde_json::de::from_slice"
+    );
+    assert_eq!(crumbs(&app), "all");
+    click(&mut app, 45, 5);
+    assert_eq!(
+        crumbs(&app),
+        "all › edgeprof_guest::dispatch › json_gateway::handle › serde_json::de::from_slice"
+    );
+    // Clicks outside the graph (title, details bar) change nothing.
+    click(&mut app, 45, 0);
+    click(&mut app, 45, 22);
+    assert_eq!(
+        app.view().tree().frame(app.selected()).function,
+        "serde_json::de::from_slice"
     );
 }

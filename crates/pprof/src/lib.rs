@@ -14,6 +14,16 @@
 //! - [`top`] and [`collapse`]: `go tool pprof -top` flat/cum rows and folded
 //!   stacks for flamegraph tools.
 //!
+//! How it is checked: `tests/it` holds a malformed-file corpus (one
+//! specific error per way a file can be broken), proptests (no panic on any
+//! bytes, round trips, merge associativity) and report semantics;
+//! `crates/cli/tests/it/interop.rs` compares `top` and `merge` with
+//! `go tool pprof` on Go-recorded profiles. `fuzz/` has a cargo-fuzz target
+//! for decode + validate (`cd fuzz && cargo +nightly fuzz run decode`, see
+//! `fuzz/README.md`). Benchmarks: `cargo bench -p edgeprof-pprof` (criterion)
+//! and `cargo xtask bench pprof` (decode + merge of 100 profiles beside
+//! `go tool pprof -proto`).
+//!
 //! Architecture invariant: this crate does no IO (no files, sockets, clocks or
 //! threads) and never depends on tonic, tokio or any other edgeprof crate but
 //! `edgeprof-proto`, whose profile types it uses as its model.

@@ -279,44 +279,77 @@ pub struct TopReport {
 
 /// Flat and cum per function, as `go tool pprof -top` computes them
 /// (granularity: function name).
-pub fn top(profile: &Profile, options: &TopOptions) -> Result<TopReport, ReportError> {
+pub fn top<'a>(profile: &'a Profile, options: &TopOptions) -> Result<TopReport, ReportError> {
     let vi = resolve_sample_index(profile, options.sample_index.as_ref())?;
     let index = Index::new(profile);
 
-    // Node per distinct function name.
+    // Node per distinct function name (pprof's default granularity).
     let mut nodes: FxHashMap<(&str, bool), usize> = FxHashMap::default();
     let mut names: Vec<(&str, bool)> = Vec::new();
-    let mut flat: Vec<i64> = Vec::new();
-    let mut cum: Vec<i64> = Vec::new();
-    let mut last_seen: Vec<usize> = Vec::new();
-    let mut total: i64 = 0;
-    let mut frames = Vec::new();
+    let mut node_of = |key: (&'a str, bool)| -> usize {
+        *nodes.entry(key).or_insert_with(|| {
+            names.push(key);
+            names.len() - 1
+        })
+    };
 
+    // Each location's nodes (innermost first), resolved once, so the loop
+    // over samples only indexes arrays.
+    let dense = profile
+        .location
+        .iter()
+        .enumerate()
+        .all(|(i, l)| l.id == i as u64 + 1);
+    let mut slot_of_id: FxHashMap<u64, usize> = FxHashMap::default();
+    let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(profile.location.len());
+    let mut location_nodes: Vec<usize> = Vec::new();
+    let mut frames = Vec::new();
+    for loc in &profile.location {
+        frames.clear();
+        index.location_frames(loc.id, &mut frames);
+        let start = location_nodes.len();
+        location_nodes.extend(frames.iter().map(|f| node_of((f.function, f.unsymbolized))));
+        if !dense {
+            slot_of_id.insert(loc.id, ranges.len());
+        }
+        ranges.push((start, location_nodes.len()));
+    }
+    // Only an unvalidated profile can name a location that does not exist.
+    let unknown = [node_of(("<unknown>", false))];
+
+    let n = names.len();
+    let mut flat: Vec<i64> = vec![0; n];
+    let mut cum: Vec<i64> = vec![0; n];
+    let mut last_seen: Vec<usize> = vec![usize::MAX; n];
+    let mut total: i64 = 0;
     for (si, s) in profile.sample.iter().enumerate() {
-        let v = s.value[vi];
+        let Some(&v) = s.value.get(vi) else { continue };
         total = total.saturating_add(v.saturating_abs());
         if v == 0 {
             continue;
         }
-        frames.clear();
+        let mut leaf = true;
         for &id in &s.location_id {
-            index.location_frames(id, &mut frames);
-        }
-        for (fi, frame) in frames.iter().enumerate() {
-            let key = (frame.function, frame.unsymbolized);
-            let node = *nodes.entry(key).or_insert_with(|| {
-                names.push(key);
-                flat.push(0);
-                cum.push(0);
-                last_seen.push(usize::MAX);
-                names.len() - 1
-            });
-            if fi == 0 {
-                flat[node] = flat[node].saturating_add(v);
-            }
-            if last_seen[node] != si {
-                last_seen[node] = si;
-                cum[node] = cum[node].saturating_add(v);
+            let slot = if dense {
+                id.checked_sub(1)
+                    .map(|i| i as usize)
+                    .filter(|&i| i < ranges.len())
+            } else {
+                slot_of_id.get(&id).copied()
+            };
+            let loc_nodes = match slot {
+                Some(i) => &location_nodes[ranges[i].0..ranges[i].1],
+                None => &unknown[..],
+            };
+            for &node in loc_nodes {
+                if leaf {
+                    flat[node] = flat[node].saturating_add(v);
+                    leaf = false;
+                }
+                if last_seen[node] != si {
+                    last_seen[node] = si;
+                    cum[node] = cum[node].saturating_add(v);
+                }
             }
         }
     }
@@ -325,6 +358,10 @@ pub fn top(profile: &Profile, options: &TopOptions) -> Result<TopReport, ReportE
     let mut rows: Vec<TopRow> = Vec::with_capacity(names.len());
     let mut dropped_nodes = 0;
     for (i, &(name, unsymbolized)) in names.iter().enumerate() {
+        if last_seen[i] == usize::MAX {
+            // In no sample with a nonzero value: not a node at all.
+            continue;
+        }
         if cum[i].saturating_abs() < node_cutoff {
             dropped_nodes += 1;
             continue;

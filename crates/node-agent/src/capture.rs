@@ -56,7 +56,9 @@ pub fn check_secret<T>(req: &Request<T>, secret: &str) -> Result<(), Status> {
     match got {
         Some(s) if constant_time_eq(s.as_bytes(), secret.as_bytes()) => Ok(()),
         Some(_) => Err(Status::unauthenticated("wrong agent secret")),
-        None => Err(Status::unauthenticated("missing `authorization: Bearer <agent secret>`")),
+        None => Err(Status::unauthenticated(
+            "missing `authorization: Bearer <agent secret>`",
+        )),
     }
 }
 
@@ -66,13 +68,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[tonic::async_trait]
 impl NodeAgent for CaptureService {
-    async fn capture(&self, req: Request<v1::CaptureRequest>) -> Result<Response<v1::CaptureResponse>, Status> {
+    async fn capture(
+        &self,
+        req: Request<v1::CaptureRequest>,
+    ) -> Result<Response<v1::CaptureResponse>, Status> {
         check_secret(&req, &self.secret)?;
         let req = req.into_inner();
         let kind = match v1::ProfileKind::try_from(req.kind) {
             Ok(v1::ProfileKind::Cpu) => ProfileKind::Cpu,
             Ok(v1::ProfileKind::Heap) => ProfileKind::Heap,
-            _ => return Err(Status::invalid_argument(format!("kind {}: must be CPU or HEAP", req.kind))),
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "kind {}: must be CPU or HEAP",
+                    req.kind
+                )));
+            }
         };
         let duration = Duration::from_millis(u64::from(req.duration_ms));
         if duration.is_zero() || duration > MAX_CAPTURE {
@@ -88,11 +98,15 @@ impl NodeAgent for CaptureService {
             Duration::from_micros(u64::from(req.interval_us))
         };
         if req.isolate_ids.is_empty() {
-            return Err(Status::invalid_argument("isolate_ids: name at least one isolate"));
+            return Err(Status::invalid_argument(
+                "isolate_ids: name at least one isolate",
+            ));
         }
 
         let mut results: Vec<v1::IsolateCapture> = Vec::new();
-        let mut active = ActiveCapture { started: Vec::new() };
+        let mut active = ActiveCapture {
+            started: Vec::new(),
+        };
         for id in &req.isolate_ids {
             match self.hosting.find(id) {
                 None => results.push(v1::IsolateCapture {

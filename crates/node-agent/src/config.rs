@@ -8,7 +8,11 @@ use anyhow::{Result, bail};
 
 /// Command-line flags (each also readable from an `EDGEPROF_*` variable).
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "edgeprof-node-agent", version, about = "edgeprof node agent: hosts isolates and captures their profiles")]
+#[command(
+    name = "edgeprof-node-agent",
+    version,
+    about = "edgeprof node agent: hosts isolates and captures their profiles"
+)]
 pub struct Args {
     /// Data center code of this machine (e.g. `lhr`).
     #[arg(long, env = "EDGEPROF_DATA_CENTER")]
@@ -17,7 +21,11 @@ pub struct Args {
     #[arg(long, env = "EDGEPROF_MACHINE_ID")]
     pub machine_id: String,
     /// Control plane gRPC URL.
-    #[arg(long, env = "EDGEPROF_CONTROL_PLANE", default_value = "http://127.0.0.1:9090")]
+    #[arg(
+        long,
+        env = "EDGEPROF_CONTROL_PLANE",
+        default_value = "http://127.0.0.1:9090"
+    )]
     pub control_plane: String,
     /// HTTP ingress listen address (port 0 = any free port).
     #[arg(long, env = "EDGEPROF_HTTP_LISTEN", default_value = "127.0.0.1:8081")]
@@ -96,24 +104,44 @@ impl TryFrom<Args> for Config {
     type Error = anyhow::Error;
 
     fn try_from(a: Args) -> Result<Self> {
-        let code_ok = |s: &str| !s.is_empty() && s.len() <= 32 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let code_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 32
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
         if !code_ok(&a.data_center) {
-            bail!("--data-center `{}`: use 1–32 letters, digits, `-` or `_`", a.data_center);
+            bail!(
+                "--data-center `{}`: use 1–32 letters, digits, `-` or `_`",
+                a.data_center
+            );
         }
         if !code_ok(&a.machine_id) {
-            bail!("--machine-id `{}`: use 1–32 letters, digits, `-` or `_`", a.machine_id);
+            bail!(
+                "--machine-id `{}`: use 1–32 letters, digits, `-` or `_`",
+                a.machine_id
+            );
         }
         if !(a.control_plane.starts_with("http://") || a.control_plane.starts_with("https://")) {
-            bail!("--control-plane `{}`: must be an http:// or https:// URL", a.control_plane);
+            bail!(
+                "--control-plane `{}`: must be an http:// or https:// URL",
+                a.control_plane
+            );
         }
         if a.agent_secret.len() < 8 {
             bail!("--agent-secret: must be at least 8 characters");
         }
         if !(1..=4096).contains(&a.isolate_memory_mib) {
-            bail!("--isolate-memory-mib {}: must be 1–4096", a.isolate_memory_mib);
+            bail!(
+                "--isolate-memory-mib {}: must be 1–4096",
+                a.isolate_memory_mib
+            );
         }
         if !(1..=100).contains(&a.sampling_interval_ms) {
-            bail!("--sampling-interval-ms {}: must be 1–100", a.sampling_interval_ms);
+            bail!(
+                "--sampling-interval-ms {}: must be 1–100",
+                a.sampling_interval_ms
+            );
         }
         if !(100..=60_000).contains(&a.heartbeat_ms) {
             bail!("--heartbeat-ms {}: must be 100–60000", a.heartbeat_ms);

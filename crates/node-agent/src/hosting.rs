@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
-use edgeprof_sampler::{Isolate, IsolateLimits, Module, ProfilerHandle, Request, Response, Runtime};
+use edgeprof_sampler::{
+    EvictionReason, Isolate, Limits, Module, ProfilerHandle, Request, Response, Runtime,
+};
 use tokio::sync::oneshot;
 
 use crate::metrics::Metrics;
@@ -101,7 +103,10 @@ impl Slot {
     /// Requests completed in the last 60 s.
     pub fn requests_last_60s(&self) -> u64 {
         let now = (unix_ms() / 1000) as u64;
-        self.window.lock().unwrap_or_else(|e| e.into_inner()).total(now)
+        self.window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .total(now)
     }
 
     /// Unix ms of the last request, 0 if none.
@@ -115,7 +120,10 @@ impl Slot {
     }
 
     fn idle_for(&self) -> Duration {
-        self.last_used.lock().unwrap_or_else(|e| e.into_inner()).elapsed()
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
     }
 
     /// Sends `request` to the isolate and waits for its answer.
@@ -153,7 +161,7 @@ pub struct Pool {
 /// Everything this machine hosts.
 pub struct Hosting {
     runtime: Runtime,
-    limits: IsolateLimits,
+    limits: Limits,
     max_per_version: usize,
     machine_id: String,
     next_id: AtomicU64,
@@ -164,7 +172,9 @@ pub struct Hosting {
 
 impl std::fmt::Debug for Hosting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hosting").field("machine_id", &self.machine_id).finish_non_exhaustive()
+        f.debug_struct("Hosting")
+            .field("machine_id", &self.machine_id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -183,7 +193,13 @@ pub struct VersionRef {
 
 impl Hosting {
     /// An empty host.
-    pub fn new(runtime: Runtime, limits: IsolateLimits, max_per_version: usize, machine_id: String, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        runtime: Runtime,
+        limits: Limits,
+        max_per_version: usize,
+        machine_id: String,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Hosting {
             runtime,
             limits,
@@ -221,13 +237,20 @@ impl Hosting {
     /// The isolate of Durable Object `key` (`namespace:id`), created here on
     /// first use (and again if its isolate was evicted).
     pub fn durable_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
-        let mut dos = self.durable_objects.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dos = self
+            .durable_objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if let Some(s) = dos.get(key).filter(|s| s.is_live()) {
             return Ok(s.clone());
         }
         let evictions = {
             let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-            pools.entry(version.version_id.clone()).or_default().evictions.clone()
+            pools
+                .entry(version.version_id.clone())
+                .or_default()
+                .evictions
+                .clone()
         };
         let slot = self.spawn(version, Some(key.to_owned()), evictions)?;
         dos.insert(key.to_owned(), slot.clone());
@@ -246,7 +269,12 @@ impl Hosting {
     /// Every live isolate.
     pub fn slots(&self) -> Vec<Arc<Slot>> {
         let mut out: Vec<Arc<Slot>> = Vec::new();
-        for pool in self.pools.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for pool in self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
             out.extend(pool.slots.iter().filter(|s| s.is_live()).cloned());
         }
         out.extend(
@@ -271,7 +299,12 @@ impl Hosting {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(version_id)
-            .map(|p| (p.evictions.total.load(Ordering::Relaxed), p.evictions.memory.load(Ordering::Relaxed)))
+            .map(|p| {
+                (
+                    p.evictions.total.load(Ordering::Relaxed),
+                    p.evictions.memory.load(Ordering::Relaxed),
+                )
+            })
             .unwrap_or((0, 0))
     }
 
@@ -279,7 +312,12 @@ impl Hosting {
     /// Durable Object isolates stay: their state lives in them.
     pub fn reclaim_idle(&self, idle: Duration) -> usize {
         let mut n = 0;
-        for pool in self.pools.lock().unwrap_or_else(|e| e.into_inner()).values_mut() {
+        for pool in self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values_mut()
+        {
             pool.slots.retain(|s| {
                 let keep = s.is_live() && (s.queued() > 0 || s.idle_for() < idle);
                 if !keep {
@@ -292,11 +330,21 @@ impl Hosting {
         n
     }
 
-    fn spawn(&self, version: &VersionRef, durable_object: Option<String>, evictions: Arc<EvictionCounts>) -> Result<Arc<Slot>> {
+    fn spawn(
+        &self,
+        version: &VersionRef,
+        durable_object: Option<String>,
+        evictions: Arc<EvictionCounts>,
+    ) -> Result<Arc<Slot>> {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{}", self.machine_id, n);
-        let isolate = Isolate::new(&self.runtime, &version.module, self.limits.clone())
-            .with_context(|| format!("cannot start an isolate of {} {}", version.script, version.version_id))?;
+        let isolate =
+            Isolate::new(&self.runtime, &version.module, self.limits).with_context(|| {
+                format!(
+                    "cannot start an isolate of {} {}",
+                    version.script, version.version_id
+                )
+            })?;
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let slot = Arc::new(Slot {
             id: id.clone(),
@@ -307,10 +355,13 @@ impl Hosting {
             profiler: isolate.profiler(),
             jobs: tx,
             queued: AtomicUsize::new(0),
-            window: Mutex::new(Window { buckets: [0; 60], seconds: [0; 60] }),
+            window: Mutex::new(Window {
+                buckets: [0; 60],
+                seconds: [0; 60],
+            }),
             last_request_ms: AtomicI64::new(0),
             last_used: Mutex::new(Instant::now()),
-            memory_bytes: AtomicU64::new(isolate.memory_bytes()),
+            memory_bytes: AtomicU64::new(isolate.memory_bytes() as u64),
             gone: AtomicBool::new(false),
         });
         let thread_slot = slot.clone();
@@ -336,24 +387,25 @@ fn serve_loop(
             continue;
         }
         let started = Instant::now();
-        let result = isolate.handle(request);
+        let result = isolate.handle(&request);
         let now_ms = unix_ms();
         slot.window
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .record((now_ms / 1000) as u64);
         slot.last_request_ms.store(now_ms, Ordering::Relaxed);
-        slot.memory_bytes.store(isolate.memory_bytes(), Ordering::Relaxed);
+        slot.memory_bytes
+            .store(isolate.memory_bytes() as u64, Ordering::Relaxed);
         metrics.request(result.is_ok(), started.elapsed());
         let _ = reply.send(result.map_err(|e| ServeError::Worker(e.to_string())));
         if let Some(reason) = isolate.eviction() {
-            let memory = reason.is_memory();
+            let memory = reason == EvictionReason::ExceededMemory;
             evictions.total.fetch_add(1, Ordering::Relaxed);
             if memory {
                 evictions.memory.fetch_add(1, Ordering::Relaxed);
             }
             metrics.eviction(memory);
-            tracing::info!(isolate = %slot.id, script = %slot.script, %reason, "isolate evicted");
+            tracing::info!(isolate = %slot.id, script = %slot.script, ?reason, "isolate evicted");
             slot.gone.store(true, Ordering::Release);
             // Requests already queued get `Gone` and are retried by the caller.
             while let Ok((_, reply)) = jobs.try_recv() {

@@ -59,7 +59,12 @@ pub fn app(state: Ingress) -> Router {
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let body = serde_json::json!({"error": {"code": status.canonical_reason().unwrap_or("error").to_lowercase().replace(' ', "_"), "message": message.into()}});
-    (status, [("content-type", "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn metrics(State(s): State<Ingress>) -> Response {
@@ -80,11 +85,20 @@ async fn native_profile(Query(q): Query<HashMap<String, String>>) -> Response {
     };
     match crate::native::profile(Duration::from_secs(seconds)).await {
         Ok(bytes) => ([("content-type", "application/octet-stream")], bytes).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("native profile: {e:#}")),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("native profile: {e:#}"),
+        ),
     }
 }
 
-fn worker_request(method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes, strip: usize) -> WorkerRequest {
+fn worker_request(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+    strip: usize,
+) -> WorkerRequest {
     let path = uri.path();
     let rest = path
         .splitn(strip + 2, '/')
@@ -100,20 +114,28 @@ fn worker_request(method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes, 
         path,
         headers: headers
             .iter()
-            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+            .filter_map(|(k, v)| {
+                v.to_str()
+                    .ok()
+                    .map(|v| (k.as_str().to_owned(), v.to_owned()))
+            })
             .collect(),
         body: body.to_vec(),
     }
 }
 
 fn worker_response(r: edgeprof_sampler::Response) -> Response {
-    let mut builder = axum::http::Response::builder().status(StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK));
+    let mut builder = axum::http::Response::builder()
+        .status(StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK));
     for (k, v) in &r.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
-    builder
-        .body(Body::from(r.body))
-        .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "the worker returned an invalid header"))
+    builder.body(Body::from(r.body)).unwrap_or_else(|_| {
+        error(
+            StatusCode::BAD_GATEWAY,
+            "the worker returned an invalid header",
+        )
+    })
 }
 
 fn pick_version(script: &DeployedScript) -> Option<&edgeprof_proto::v1::DeployedVersion> {
@@ -134,22 +156,50 @@ fn pick_version(script: &DeployedScript) -> Option<&edgeprof_proto::v1::Deployed
 async fn version_of(s: &Ingress, name: &str) -> Result<(VersionRef, DeployedScript), Response> {
     let script = match s.registry.script(name).await {
         Ok(Some(d)) => d,
-        Ok(None) => return Err(error(StatusCode::NOT_FOUND, format!("script `{name}` is not deployed"))),
+        Ok(None) => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("script `{name}` is not deployed"),
+            ));
+        }
         Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
     };
     let Some(v) = pick_version(&script) else {
-        return Err(error(StatusCode::NOT_FOUND, format!("script `{name}` has no deployed version")));
+        return Err(error(
+            StatusCode::NOT_FOUND,
+            format!("script `{name}` has no deployed version"),
+        ));
     };
-    match s.registry.version(&s.hosting, name, &script.account, &v.version_id, &v.wasm_sha256).await {
+    match s
+        .registry
+        .version(
+            &s.hosting,
+            name,
+            &script.account,
+            &v.version_id,
+            &v.wasm_sha256,
+        )
+        .await
+    {
         Ok(r) => Ok((r, script)),
         Err(e) => Err(error(StatusCode::BAD_GATEWAY, format!("{e:#}"))),
     }
 }
 
-async fn script(State(s): State<Ingress>, Path(params): Path<HashMap<String, String>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn script(
+    State(s): State<Ingress>,
+    Path(params): Path<HashMap<String, String>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let name = params.get("script").cloned().unwrap_or_default();
     if body.len() > MAX_BODY {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over {MAX_BODY} bytes"));
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_BODY} bytes"),
+        );
     }
     let (version, _) = match version_of(&s, &name).await {
         Ok(v) => v,
@@ -168,36 +218,72 @@ async fn script(State(s): State<Ingress>, Path(params): Path<HashMap<String, Str
             Err(ServeError::Gone) => continue,
         }
     }
-    error(StatusCode::SERVICE_UNAVAILABLE, "isolate unavailable; try again")
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "isolate unavailable; try again",
+    )
 }
 
 fn is_object_id(id: &str) -> bool {
     id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<String, String>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+async fn durable_object(
+    State(s): State<Ingress>,
+    Path(params): Path<HashMap<String, String>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let namespace = params.get("namespace").cloned().unwrap_or_default();
-    let id = params.get("id").cloned().unwrap_or_default().to_ascii_lowercase();
+    let id = params
+        .get("id")
+        .cloned()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     if !is_object_id(&id) {
-        return error(StatusCode::BAD_REQUEST, format!("durable object id `{id}`: must be 64 hex characters"));
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("durable object id `{id}`: must be 64 hex characters"),
+        );
     }
     if body.len() > MAX_BODY {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, format!("request body over {MAX_BODY} bytes"));
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_BODY} bytes"),
+        );
     }
     let key = format!("{namespace}:{id}");
     let forwarded = headers.contains_key(FORWARDED);
 
     if !s.hosting.has_durable_object(&key) {
-        let remote = s.remote_objects.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let remote = s
+            .remote_objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
         let owner_http = match remote {
             Some(url) => Some(url),
             None => {
                 let script = match s.registry.script(&namespace).await {
                     Ok(Some(d)) => d,
-                    Ok(None) => return error(StatusCode::NOT_FOUND, format!("durable object namespace `{namespace}` has no deployed script")),
+                    Ok(None) => {
+                        return error(
+                            StatusCode::NOT_FOUND,
+                            format!(
+                                "durable object namespace `{namespace}` has no deployed script"
+                            ),
+                        );
+                    }
                     Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
                 };
-                let placed = match s.registry.place_durable_object(&script.account, &namespace, &namespace, &id).await {
+                let placed = match s
+                    .registry
+                    .place_durable_object(&script.account, &namespace, &namespace, &id)
+                    .await
+                {
                     Ok(p) => p,
                     Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
                 };
@@ -209,7 +295,17 @@ async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<Str
                         .find(|v| v.version_id == placed.version_id)
                         .map(|v| v.wasm_sha256.clone())
                         .unwrap_or_default();
-                    let version = match s.registry.version(&s.hosting, &namespace, &script.account, &placed.version_id, &sha).await {
+                    let version = match s
+                        .registry
+                        .version(
+                            &s.hosting,
+                            &namespace,
+                            &script.account,
+                            &placed.version_id,
+                            &sha,
+                        )
+                        .await
+                    {
                         Ok(v) => v,
                         Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
                     };
@@ -228,7 +324,10 @@ async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<Str
         };
         if let Some(base) = owner_http {
             if forwarded {
-                return error(StatusCode::LOOP_DETECTED, format!("durable object {key} forwarded here but it lives at {base}"));
+                return error(
+                    StatusCode::LOOP_DETECTED,
+                    format!("durable object {key} forwarded here but it lives at {base}"),
+                );
             }
             return forward(&s, &base, &method, &uri, &headers, body).await;
         }
@@ -240,11 +339,24 @@ async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<Str
             // Re-resolve: the object's isolate may have been evicted and recreated.
             let version = match s.registry.script(&namespace).await {
                 Ok(Some(d)) => {
-                    let existing = s.hosting.slots().into_iter().find(|sl| sl.durable_object.as_deref() == Some(key.as_str()));
+                    let existing = s
+                        .hosting
+                        .slots()
+                        .into_iter()
+                        .find(|sl| sl.durable_object.as_deref() == Some(key.as_str()));
                     match existing {
                         Some(sl) => {
-                            let sha = d.versions.iter().find(|v| v.version_id == sl.version_id).map(|v| v.wasm_sha256.clone()).unwrap_or_default();
-                            match s.registry.version(&s.hosting, &namespace, &d.account, &sl.version_id, &sha).await {
+                            let sha = d
+                                .versions
+                                .iter()
+                                .find(|v| v.version_id == sl.version_id)
+                                .map(|v| v.wasm_sha256.clone())
+                                .unwrap_or_default();
+                            match s
+                                .registry
+                                .version(&s.hosting, &namespace, &d.account, &sl.version_id, &sha)
+                                .await
+                            {
                                 Ok(v) => v,
                                 Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
                             }
@@ -255,7 +367,12 @@ async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<Str
                         },
                     }
                 }
-                Ok(None) => return error(StatusCode::NOT_FOUND, format!("durable object namespace `{namespace}` has no deployed script")),
+                Ok(None) => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!("durable object namespace `{namespace}` has no deployed script"),
+                    );
+                }
                 Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
             };
             match s.hosting.durable_object(&key, &version) {
@@ -269,10 +386,20 @@ async fn durable_object(State(s): State<Ingress>, Path(params): Path<HashMap<Str
             Err(ServeError::Gone) => continue,
         }
     }
-    error(StatusCode::SERVICE_UNAVAILABLE, "durable object isolate unavailable; try again")
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "durable object isolate unavailable; try again",
+    )
 }
 
-async fn forward(s: &Ingress, base: &str, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Response {
+async fn forward(
+    s: &Ingress,
+    base: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     s.metrics.forwarded();
     let url = format!(
         "{}{}",
@@ -281,7 +408,10 @@ async fn forward(s: &Ingress, base: &str, method: &Method, uri: &Uri, headers: &
     );
     let mut req = s
         .http
-        .request(reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET), &url)
+        .request(
+            reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET),
+            &url,
+        )
         .header(FORWARDED, "1")
         .body(body);
     for (k, v) in headers {
@@ -291,7 +421,8 @@ async fn forward(s: &Ingress, base: &str, method: &Method, uri: &Uri, headers: &
     }
     match req.send().await {
         Ok(resp) => {
-            let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let status =
+                StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
             let mut builder = axum::http::Response::builder().status(status);
             for (k, v) in resp.headers() {
                 if k != "content-length" && k != "transfer-encoding" {
@@ -299,14 +430,22 @@ async fn forward(s: &Ingress, base: &str, method: &Method, uri: &Uri, headers: &
                 }
             }
             match resp.bytes().await {
-                Ok(b) => builder.body(Body::from(b)).unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad forwarded response")),
+                Ok(b) => builder
+                    .body(Body::from(b))
+                    .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad forwarded response")),
                 Err(e) => error(StatusCode::BAD_GATEWAY, format!("forward to {base}: {e}")),
             }
         }
         Err(e) => {
             // The owner may be gone: forget it so the next request asks again.
-            s.remote_objects.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, v| v != base);
-            error(StatusCode::BAD_GATEWAY, format!("forward to the object's machine {base}: {e}"))
+            s.remote_objects
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, v| v != base);
+            error(
+                StatusCode::BAD_GATEWAY,
+                format!("forward to the object's machine {base}: {e}"),
+            )
         }
     }
 }

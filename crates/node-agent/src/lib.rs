@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use edgeprof_proto::v1;
-use edgeprof_sampler::{IsolateLimits, Runtime, RuntimeConfig};
+use edgeprof_sampler::{Limits, Runtime, RuntimeConfig};
 use tokio::task::JoinHandle;
 
 pub use config::{Args, Config};
@@ -57,14 +57,14 @@ impl RunningAgent {
 /// the background (retrying while the control plane is unreachable).
 pub async fn start(config: Config) -> Result<RunningAgent> {
     let runtime = Runtime::new(RuntimeConfig {
-        sampling_interval: config.sampling_interval,
+        tick: config.sampling_interval,
         ..RuntimeConfig::default()
     })
     .context("cannot start the WebAssembly runtime")?;
-    let limits = IsolateLimits {
-        memory_bytes: config.isolate_memory_bytes,
-        request_cpu: config.request_cpu_limit,
-        ..IsolateLimits::default()
+    let limits = Limits {
+        memory_bytes: usize::try_from(config.isolate_memory_bytes).unwrap_or(usize::MAX),
+        cpu_per_request: config.request_cpu_limit,
+        ..Limits::default()
     };
     let metrics = Arc::new(metrics::Metrics::default());
 
@@ -90,7 +90,11 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         config.machine_id.clone(),
         metrics.clone(),
     ));
-    let registry = Arc::new(registry::Registry::new(&config.control_plane, config.agent_secret.clone(), machine.clone())?);
+    let registry = Arc::new(registry::Registry::new(
+        &config.control_plane,
+        config.agent_secret.clone(),
+        machine.clone(),
+    )?);
 
     let ingress = ingress::Ingress {
         hosting: hosting.clone(),
@@ -177,7 +181,8 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
 
     if let Some(path) = &config.ready_file {
         let doc = serde_json::json!({"http": machine.http_address, "grpc": machine.grpc_address, "pid": std::process::id()});
-        std::fs::write(path, doc.to_string()).with_context(|| format!("{}: cannot write the ready file", path.display()))?;
+        std::fs::write(path, doc.to_string())
+            .with_context(|| format!("{}: cannot write the ready file", path.display()))?;
     }
     tracing::info!(%http, %grpc, machine = %config.machine_id, dc = %config.data_center, "node agent listening");
     Ok(RunningAgent { http, grpc, tasks })

@@ -16,7 +16,10 @@ fn main() -> ExitCode {
         }
     };
     if config.check_only {
-        println!("configuration ok: machine {} in {}", config.machine_id, config.data_center);
+        println!(
+            "configuration ok: machine {} in {}",
+            config.machine_id, config.data_center
+        );
         return ExitCode::SUCCESS;
     }
     tracing_subscriber::fmt()

@@ -27,7 +27,12 @@ pub async fn profile(duration: Duration) -> Result<Vec<u8>> {
         let period = 1_000_000_000 / i64::from(HZ);
         let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
         b.period("cpu", "nanoseconds", period)
-            .time_nanos(start.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0))
+            .time_nanos(
+                start
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as i64)
+                    .unwrap_or(0),
+            )
             .duration_nanos(duration.as_nanos() as i64);
         let mut stack = Vec::new();
         for (frames, count) in &report.data {
@@ -35,13 +40,25 @@ pub async fn profile(duration: Duration) -> Result<Vec<u8>> {
             for symbols in &frames.frames {
                 let mut lines = Vec::new();
                 for sym in symbols {
-                    let file = sym.filename.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                    let file = sym
+                        .filename
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
                     let f = b.function(&sym.name(), &sym.name(), &file, 0);
-                    lines.push(LineSpec { function_id: f, line: i64::from(sym.lineno.unwrap_or(0)), column: 0 });
+                    lines.push(LineSpec {
+                        function_id: f,
+                        line: i64::from(sym.lineno.unwrap_or(0)),
+                        column: 0,
+                    });
                 }
                 if lines.is_empty() {
                     let f = b.function("<unknown>", "", "", 0);
-                    lines.push(LineSpec { function_id: f, line: 0, column: 0 });
+                    lines.push(LineSpec {
+                        function_id: f,
+                        line: 0,
+                        column: 0,
+                    });
                 }
                 stack.push(b.location(0, 0, &lines));
             }

@@ -37,7 +37,9 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("machine", &self.machine).finish_non_exhaustive()
+        f.debug_struct("Registry")
+            .field("machine", &self.machine)
+            .finish_non_exhaustive()
     }
 }
 
@@ -128,14 +130,24 @@ impl Registry {
         let resp = self
             .client
             .clone()
-            .get_deployment(self.request(v1::GetDeploymentRequest { machine: Some(self.machine.clone()) }))
+            .get_deployment(self.request(v1::GetDeploymentRequest {
+                machine: Some(self.machine.clone()),
+            }))
             .await
             .map_err(|s| anyhow!("get deployment: {}", s.message()))?
             .into_inner();
         let scripts = resp
             .scripts
             .into_iter()
-            .map(|s| (s.script, DeployedScript { account: s.account, versions: s.versions }))
+            .map(|s| {
+                (
+                    s.script,
+                    DeployedScript {
+                        account: s.account,
+                        versions: s.versions,
+                    },
+                )
+            })
             .collect();
         *self.scripts.write().unwrap_or_else(|e| e.into_inner()) = scripts;
         *self.generation.lock().unwrap_or_else(|e| e.into_inner()) = resp.generation;
@@ -144,15 +156,32 @@ impl Registry {
 
     /// The deployment entry of `script`, refreshing once if it is unknown.
     pub async fn script(&self, script: &str) -> Result<Option<DeployedScript>> {
-        if let Some(s) = self.scripts.read().unwrap_or_else(|e| e.into_inner()).get(script) {
+        if let Some(s) = self
+            .scripts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(script)
+        {
             return Ok(Some(s.clone()));
         }
         self.refresh_deployment().await?;
-        Ok(self.scripts.read().unwrap_or_else(|e| e.into_inner()).get(script).cloned())
+        Ok(self
+            .scripts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(script)
+            .cloned())
     }
 
     /// The compiled module of a version (fetched and compiled once per hash).
-    pub async fn version(&self, hosting: &Hosting, script: &str, account: &str, version_id: &str, sha256: &str) -> Result<VersionRef> {
+    pub async fn version(
+        &self,
+        hosting: &Hosting,
+        script: &str,
+        account: &str,
+        version_id: &str,
+        sha256: &str,
+    ) -> Result<VersionRef> {
         let mut modules = self.modules.lock().await;
         let module = match modules.get(sha256).filter(|_| !sha256.is_empty()) {
             Some(m) => m.clone(),
@@ -160,13 +189,18 @@ impl Registry {
                 let resp = self
                     .client
                     .clone()
-                    .get_script_version(self.request(v1::GetScriptVersionRequest { version_id: version_id.into() }))
+                    .get_script_version(self.request(v1::GetScriptVersionRequest {
+                        version_id: version_id.into(),
+                    }))
                     .await
                     .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
                     .into_inner();
                 let actual = hex::encode(Sha256::digest(&resp.wasm));
                 if !resp.wasm_sha256.is_empty() && actual != resp.wasm_sha256 {
-                    bail!("version {version_id}: wasm bytes hash to {actual}, the control plane said {}", resp.wasm_sha256);
+                    bail!(
+                        "version {version_id}: wasm bytes hash to {actual}, the control plane said {}",
+                        resp.wasm_sha256
+                    );
                 }
                 let runtime = hosting.runtime().clone();
                 let name = format!("{script}.wasm");
@@ -174,7 +208,9 @@ impl Registry {
                 let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
                     .await
                     .context("module compilation panicked")?
-                    .with_context(|| format!("version {version_id} of {script} does not compile"))?;
+                    .with_context(|| {
+                        format!("version {version_id} of {script} does not compile")
+                    })?;
                 let module = Arc::new(module);
                 modules.insert(actual, module.clone());
                 module
@@ -189,7 +225,13 @@ impl Registry {
     }
 
     /// Where Durable Object `namespace:object_id` lives (placing it here on first use).
-    pub async fn place_durable_object(&self, account: &str, script: &str, namespace: &str, object_id: &str) -> Result<v1::PlaceDurableObjectResponse> {
+    pub async fn place_durable_object(
+        &self,
+        account: &str,
+        script: &str,
+        namespace: &str,
+        object_id: &str,
+    ) -> Result<v1::PlaceDurableObjectResponse> {
         let resp = self
             .client
             .clone()
@@ -201,7 +243,12 @@ impl Registry {
                 object_id: object_id.into(),
             }))
             .await
-            .map_err(|s| anyhow!("place durable object {namespace}:{object_id}: {}", s.message()))?;
+            .map_err(|s| {
+                anyhow!(
+                    "place durable object {namespace}:{object_id}: {}",
+                    s.message()
+                )
+            })?;
         Ok(resp.into_inner())
     }
 }

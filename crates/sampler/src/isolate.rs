@@ -1,0 +1,509 @@
+//! [`Isolate`]: one instance of one module with its own store, serving
+//! requests one at a time through the guest ABI, with its memory and CPU
+//! limits and its sampling hooks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edgeprof_guest_sdk::{Request, Response};
+use wasmtime::{
+    AsContext, CallHook, Caller, Linker, Memory, ResourceLimiter, Store, TypedFunc, UpdateDeadline,
+    WasmBacktrace,
+};
+
+use crate::cputime::thread_cpu_nanos;
+use crate::profiler::{ProfilerHandle, ProfilerShared, RawFrame, STATE_CPU, SamplerLimits, Stack};
+use crate::runtime::{EvictionReason, Module, Runtime};
+
+/// Per-isolate limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Linear memory cap (default 128 MiB).
+    pub memory_bytes: usize,
+    /// CPU time one request may use (default 30 s).
+    pub cpu_per_request: Duration,
+    /// Bounds of the profiler's buffers.
+    pub sampler: SamplerLimits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 128 << 20,
+            cpu_per_request: Duration::from_secs(30),
+            sampler: SamplerLimits::default(),
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IsolateError {
+    /// The module could not be instantiated (imports, start function, …).
+    #[error("instantiating `{module}`: {message}")]
+    Instantiate {
+        /// Module name.
+        module: String,
+        /// Wasmtime's message.
+        message: String,
+    },
+    /// The module does not implement the guest ABI.
+    #[error("module `{module}` does not implement the guest ABI: {message}")]
+    Abi {
+        /// Module name.
+        module: String,
+        /// What is missing or mistyped.
+        message: String,
+    },
+    /// Linear memory would have grown past the limit; the isolate is evicted.
+    #[error(
+        "Exceeded Memory: linear memory would grow to {requested} bytes, the limit is {limit} bytes"
+    )]
+    ExceededMemory {
+        /// The limit.
+        limit: usize,
+        /// The size the guest asked for.
+        requested: usize,
+    },
+    /// The request used more CPU time than allowed; the isolate is evicted.
+    #[error("Exceeded CPU: the request ran past its CPU-time limit of {limit:?}")]
+    ExceededCpu {
+        /// The limit.
+        limit: Duration,
+    },
+    /// The guest trapped; the isolate is evicted.
+    #[error("worker trapped: {0}")]
+    Trap(String),
+    /// The isolate was evicted by an earlier request.
+    #[error("isolate was evicted ({0:?}); create a new one")]
+    Evicted(EvictionReason),
+    /// The guest returned something that is not an encoded response.
+    #[error("worker returned an invalid response: {0}")]
+    BadResponse(String),
+}
+
+struct HostCall {
+    generation: u64,
+    stack: Vec<RawFrame>,
+    truncated: bool,
+    start: Instant,
+    cpu_at_call: u64,
+}
+
+pub(crate) struct HostState {
+    memory_limit: usize,
+    exceeded_memory: Option<usize>,
+    cpu_limit_ns: u64,
+    request_cpu_start: u64,
+    cpu_exceeded: bool,
+    prof: Arc<ProfilerShared>,
+    seen_generation: u64,
+    last_cpu: u64,
+    host_call: Option<HostCall>,
+    host_name: &'static str,
+    max_frames: usize,
+    poll_ticks: u64,
+    logs: Vec<String>,
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.exceeded_memory = Some(desired);
+            return Err(wasmtime::Error::msg("Exceeded Memory"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// Frames of the wasm stack, leaf first, cut at `max_frames`.
+fn capture_stack(ctx: impl AsContext, max_frames: usize) -> (Vec<RawFrame>, bool) {
+    let bt = WasmBacktrace::capture(ctx);
+    let frames = bt.frames();
+    let truncated = frames.len() >= max_frames;
+    let mut stack: Vec<RawFrame> = Vec::with_capacity(frames.len() + 1);
+    stack.extend(frames.iter().map(|f| RawFrame::Wasm {
+        func: f.func_index(),
+        offset: f.module_offset().unwrap_or(0) as u32,
+    }));
+    if truncated {
+        stack.push(RawFrame::Truncated);
+    }
+    (stack, truncated)
+}
+
+const MAX_LOG_LINES: usize = 1000;
+
+/// One instance of one module. `Send`: move it to the thread that serves it.
+pub struct Isolate {
+    store: Store<HostState>,
+    memory: Memory,
+    alloc: TypedFunc<i32, i32>,
+    handler: TypedFunc<(i32, i32), i64>,
+    allocated_bytes: Option<TypedFunc<(), i64>>,
+    profiler: ProfilerHandle,
+    runtime: Runtime,
+    limits: Limits,
+    eviction: Option<EvictionReason>,
+    requests: u64,
+}
+
+impl std::fmt::Debug for Isolate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Isolate")
+            .field("module", &self.profiler.module.name)
+            .field("requests", &self.requests)
+            .field("eviction", &self.eviction)
+            .finish()
+    }
+}
+
+fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
+    let mut l = Linker::new(&runtime.inner.engine);
+    l.func_wrap(
+        "edgeprof",
+        "log",
+        |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
+            caller.data_mut().host_name = "edgeprof.log";
+            let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+                return;
+            };
+            let (ptr, len) = (ptr as u32 as usize, len as u32 as usize);
+            let line = mem
+                .data(&caller)
+                .get(ptr..ptr.saturating_add(len))
+                .map(|b| String::from_utf8_lossy(b).into_owned());
+            let st = caller.data_mut();
+            if let Some(line) = line
+                && st.logs.len() < MAX_LOG_LINES
+            {
+                st.logs.push(line);
+            }
+        },
+    )?;
+    l.func_wrap(
+        "edgeprof",
+        "heap_alloc",
+        |mut caller: Caller<'_, HostState>, ptr: i32, size: i32| {
+            caller.data_mut().host_name = "edgeprof.heap_alloc";
+            let max = caller.data().max_frames;
+            let (stack, truncated) = capture_stack(&caller, max);
+            caller.data().prof.record_alloc(
+                ptr as u32,
+                u64::from(size as u32),
+                stack.into_boxed_slice(),
+                truncated,
+            );
+        },
+    )?;
+    l.func_wrap(
+        "edgeprof",
+        "heap_free",
+        |mut caller: Caller<'_, HostState>, ptr: i32| {
+            caller.data_mut().host_name = "edgeprof.heap_free";
+            caller.data().prof.record_free(ptr as u32);
+        },
+    )?;
+    Ok(l)
+}
+
+impl Isolate {
+    /// Instantiates `module` in a fresh store.
+    pub fn new(
+        runtime: &Runtime,
+        module: &Module,
+        limits: Limits,
+    ) -> Result<Isolate, IsolateError> {
+        let cfg = &runtime.inner.config;
+        let prof = Arc::new(ProfilerShared::new(limits.sampler));
+        let state = HostState {
+            memory_limit: limits.memory_bytes,
+            exceeded_memory: None,
+            cpu_limit_ns: limits.cpu_per_request.as_nanos().min(u64::MAX as u128) as u64,
+            request_cpu_start: 0,
+            cpu_exceeded: false,
+            prof: prof.clone(),
+            seen_generation: 0,
+            last_cpu: 0,
+            host_call: None,
+            host_name: "",
+            max_frames: cfg.max_frames,
+            poll_ticks: cfg.poll_ticks,
+            logs: Vec::new(),
+        };
+        let mut store = Store::new(&runtime.inner.engine, state);
+        store.limiter(|s| s as &mut dyn ResourceLimiter);
+        if cfg.epoch_interruption {
+            // Far away until the first request sets it.
+            store.set_epoch_deadline(u64::MAX / 2);
+            store.epoch_deadline_callback(on_epoch_deadline);
+        }
+        store.call_hook(on_call_hook);
+        let name = &module.info.name;
+        let instantiate_err = |e: wasmtime::Error| IsolateError::Instantiate {
+            module: name.clone(),
+            message: format!("{e:#}"),
+        };
+        let linker = linker(runtime).map_err(instantiate_err)?;
+        let instance = linker
+            .instantiate(&mut store, &module.module)
+            .map_err(|e| match store.data().exceeded_memory {
+                Some(requested) => IsolateError::ExceededMemory {
+                    limit: limits.memory_bytes,
+                    requested,
+                },
+                None => instantiate_err(e),
+            })?;
+        let abi_err = |what: &str, e: wasmtime::Error| IsolateError::Abi {
+            module: name.clone(),
+            message: format!("{what}: {e:#}"),
+        };
+        let memory =
+            instance
+                .get_memory(&mut store, "memory")
+                .ok_or_else(|| IsolateError::Abi {
+                    module: name.clone(),
+                    message: "no exported memory named `memory`".into(),
+                })?;
+        let alloc = instance
+            .get_typed_func::<i32, i32>(&mut store, "edgeprof_alloc")
+            .map_err(|e| abi_err("export `edgeprof_alloc: (i32) -> i32`", e))?;
+        let handler = instance
+            .get_typed_func::<(i32, i32), i64>(&mut store, "edgeprof_handle")
+            .map_err(|e| abi_err("export `edgeprof_handle: (i32, i32) -> i64`", e))?;
+        let allocated_bytes = instance
+            .get_typed_func::<(), i64>(&mut store, "edgeprof_allocated_bytes")
+            .ok();
+        Ok(Isolate {
+            store,
+            memory,
+            alloc,
+            handler,
+            allocated_bytes,
+            profiler: ProfilerHandle {
+                shared: prof,
+                module: module.info.clone(),
+                tick: cfg.tick,
+            },
+            runtime: runtime.clone(),
+            limits,
+            eviction: None,
+            requests: 0,
+        })
+    }
+
+    /// Serves one request.
+    pub fn handle(&mut self, request: &Request) -> Result<Response, IsolateError> {
+        if let Some(reason) = self.eviction {
+            return Err(IsolateError::Evicted(reason));
+        }
+        self.requests += 1;
+        let bytes = request.encode();
+        self.begin_request();
+        let len = i32::try_from(bytes.len()).map_err(|_| {
+            IsolateError::BadResponse(format!("request of {} bytes exceeds 2 GiB", bytes.len()))
+        })?;
+        let ptr = match self.alloc.call(&mut self.store, len) {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(e)),
+        };
+        self.memory
+            .write(&mut self.store, ptr as u32 as usize, &bytes)
+            .map_err(|_| {
+                IsolateError::BadResponse(format!(
+                    "edgeprof_alloc({len}) returned {ptr:#x}, outside linear memory"
+                ))
+            })?;
+        self.begin_request();
+        let packed = match self.handler.call(&mut self.store, (ptr, len)) {
+            Ok(p) => p as u64,
+            Err(e) => return Err(self.fail(e)),
+        };
+        let (rptr, rlen) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        let data = self.memory.data(&self.store);
+        let body = data.get(rptr..rptr.saturating_add(rlen)).ok_or_else(|| {
+            IsolateError::BadResponse(format!(
+                "response at {rptr:#x}+{rlen} is outside linear memory ({} bytes)",
+                data.len()
+            ))
+        })?;
+        Response::decode(body).map_err(|e| IsolateError::BadResponse(e.to_string()))
+    }
+
+    fn begin_request(&mut self) {
+        let now = thread_cpu_nanos();
+        let st = self.store.data_mut();
+        st.request_cpu_start = now;
+        st.last_cpu = now;
+        let (state, generation, ticks) = st.prof.snapshot();
+        st.seen_generation = generation;
+        let poll = st.poll_ticks;
+        if self.runtime.inner.config.epoch_interruption {
+            self.store
+                .set_epoch_deadline(if state == STATE_CPU { ticks } else { poll });
+        }
+    }
+
+    fn fail(&mut self, e: wasmtime::Error) -> IsolateError {
+        let st = self.store.data();
+        let (reason, err) = if let Some(requested) = st.exceeded_memory {
+            (
+                EvictionReason::ExceededMemory,
+                IsolateError::ExceededMemory {
+                    limit: self.limits.memory_bytes,
+                    requested,
+                },
+            )
+        } else if st.cpu_exceeded {
+            (
+                EvictionReason::ExceededCpu,
+                IsolateError::ExceededCpu {
+                    limit: self.limits.cpu_per_request,
+                },
+            )
+        } else {
+            (EvictionReason::Trap, IsolateError::Trap(format!("{e:#}")))
+        };
+        self.eviction = Some(reason);
+        self.runtime.inner.evictions.count(reason);
+        err
+    }
+
+    /// A handle to start and stop captures from any thread.
+    pub fn profiler(&self) -> ProfilerHandle {
+        self.profiler.clone()
+    }
+
+    /// Current linear memory size in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory.data_size(&self.store)
+    }
+
+    /// Why this isolate was evicted, if it was.
+    pub fn eviction(&self) -> Option<EvictionReason> {
+        self.eviction
+    }
+
+    /// Requests served (or attempted).
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Total bytes the guest allocator handed out, if the worker exports
+    /// `edgeprof_allocated_bytes` (the SDK does): the truth heap profiles are
+    /// checked against.
+    pub fn guest_allocated_bytes(&mut self) -> Option<u64> {
+        let f = self.allocated_bytes.clone()?;
+        f.call(&mut self.store, ()).ok().map(|v| v as u64)
+    }
+
+    /// Lines the worker logged through `edgeprof.log`, oldest first
+    /// (at most 1000 are kept).
+    pub fn take_logs(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.store.data_mut().logs)
+    }
+}
+
+fn on_epoch_deadline(
+    mut ctx: wasmtime::StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<UpdateDeadline> {
+    let now = thread_cpu_nanos();
+    let st = ctx.data_mut();
+    if now.saturating_sub(st.request_cpu_start) > st.cpu_limit_ns {
+        st.cpu_exceeded = true;
+        return Ok(UpdateDeadline::Interrupt);
+    }
+    let (state, generation, ticks) = st.prof.snapshot();
+    if state != STATE_CPU {
+        return Ok(UpdateDeadline::Continue(st.poll_ticks));
+    }
+    if st.seen_generation != generation {
+        // A capture started during this request: count from now.
+        st.seen_generation = generation;
+        st.last_cpu = now;
+        return Ok(UpdateDeadline::Continue(ticks));
+    }
+    let weight = now.saturating_sub(st.last_cpu);
+    st.last_cpu = now;
+    let max = st.max_frames;
+    let (stack, truncated) = capture_stack(&ctx, max);
+    let stack: Stack = stack.into_boxed_slice();
+    ctx.data()
+        .prof
+        .record_cpu(generation, stack, weight, truncated);
+    Ok(UpdateDeadline::Continue(ticks))
+}
+
+fn on_call_hook(
+    mut ctx: wasmtime::StoreContextMut<'_, HostState>,
+    hook: CallHook,
+) -> wasmtime::Result<()> {
+    match hook {
+        CallHook::CallingHost => {
+            // Also fires for Wasmtime's own libcalls (the epoch callback,
+            // memory.grow): the stack is only kept, and recorded on return
+            // if one of our imports named itself.
+            let st = ctx.data();
+            let (state, generation, _) = st.prof.snapshot();
+            if state != STATE_CPU || st.seen_generation != generation {
+                return Ok(());
+            }
+            let max = st.max_frames;
+            let cpu_at_call = thread_cpu_nanos();
+            let (stack, truncated) = capture_stack(&ctx, max);
+            let st = ctx.data_mut();
+            st.host_name = "";
+            st.host_call = Some(HostCall {
+                generation,
+                stack,
+                truncated,
+                start: Instant::now(),
+                cpu_at_call,
+            });
+        }
+        CallHook::ReturningFromHost => {
+            let st = ctx.data_mut();
+            let Some(call) = st.host_call.take() else {
+                return Ok(());
+            };
+            let name = std::mem::take(&mut st.host_name);
+            if name.is_empty() {
+                return Ok(());
+            }
+            let wall = call.start.elapsed().as_nanos() as u64;
+            let weight = call.cpu_at_call.saturating_sub(st.last_cpu);
+            let mut stack = Vec::with_capacity(call.stack.len() + 1);
+            stack.push(RawFrame::Host(name));
+            stack.extend_from_slice(&call.stack);
+            st.prof.record_cpu(
+                call.generation,
+                call.stack.into_boxed_slice(),
+                weight,
+                call.truncated,
+            );
+            st.prof.record_cpu(
+                call.generation,
+                stack.into_boxed_slice(),
+                wall,
+                call.truncated,
+            );
+            st.last_cpu = thread_cpu_nanos();
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,574 @@
+//! Profiling state shared between an isolate (which records samples on its
+//! own thread) and any number of [`ProfilerHandle`]s (which start and stop
+//! captures from other threads).
+//!
+//! Start and stop only flip an atomic state and swap a buffer under a mutex
+//! the sample path holds for a hash-map insert; symbolization happens in
+//! `stop`, after the buffer has been taken, so a running request never waits
+//! on it.
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use edgeprof_pprof::{LineSpec, MappingSpec, Profile, ProfileBuilder};
+use rustc_hash::FxHashMap;
+
+use crate::runtime::ModuleInfo;
+
+/// What a capture samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProfileKind {
+    /// Wasm stacks on epoch ticks, weighted by thread CPU time.
+    Cpu,
+    /// Stacks of sampled allocations reported by the guest allocator.
+    Heap,
+}
+
+impl ProfileKind {
+    fn code(self) -> u8 {
+        match self {
+            ProfileKind::Cpu => STATE_CPU,
+            ProfileKind::Heap => STATE_HEAP,
+        }
+    }
+}
+
+pub(crate) const STATE_OFF: u8 = 0;
+pub(crate) const STATE_CPU: u8 = 1;
+pub(crate) const STATE_HEAP: u8 = 2;
+
+/// One recorded frame, symbolized only at stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RawFrame {
+    /// A wasm function and the module offset of its program counter.
+    Wasm { func: u32, offset: u32 },
+    /// Time inside a host import, named `[host] <module>.<name>`.
+    Host(&'static str),
+    /// The stack was longer than the configured frame limit.
+    Truncated,
+}
+
+/// Leaf first.
+pub(crate) type Stack = Box<[RawFrame]>;
+
+/// Bounds of the sampler's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct SamplerLimits {
+    /// Distinct stacks kept per capture; further new stacks are dropped.
+    pub max_stacks: usize,
+    /// Samples kept per capture; further samples are dropped.
+    pub max_samples: u64,
+    /// Live sampled heap objects tracked per isolate.
+    pub max_live_objects: usize,
+}
+
+impl Default for SamplerLimits {
+    fn default() -> Self {
+        SamplerLimits {
+            max_stacks: 20_000,
+            max_samples: 1_000_000,
+            max_live_objects: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuValue {
+    count: i64,
+    nanos: i64,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct HeapValue {
+    alloc_objects: f64,
+    alloc_space: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LiveObject {
+    stack: u32,
+    size: u64,
+}
+
+#[derive(Debug, Default)]
+struct Capture {
+    kind: Option<ProfileKind>,
+    generation: u64,
+    started: Option<(Instant, SystemTime)>,
+    cpu: FxHashMap<Stack, CpuValue>,
+    heap: FxHashMap<u32, HeapValue>,
+    samples: u64,
+    dropped: u64,
+    truncated: u64,
+}
+
+#[derive(Debug, Default)]
+struct HeapTracker {
+    stacks: Vec<Stack>,
+    stack_ids: FxHashMap<Stack, u32>,
+    live: FxHashMap<u32, LiveObject>,
+    dropped: u64,
+}
+
+#[derive(Debug, Default)]
+struct Buffers {
+    capture: Capture,
+    heap: HeapTracker,
+}
+
+/// The state one isolate shares with its handles.
+#[derive(Debug)]
+pub(crate) struct ProfilerShared {
+    state: AtomicU8,
+    generation: AtomicU64,
+    interval_ticks: AtomicU64,
+    max_lock_wait_nanos: AtomicU64,
+    buffers: Mutex<Buffers>,
+    limits: SamplerLimits,
+}
+
+impl ProfilerShared {
+    pub(crate) fn new(limits: SamplerLimits) -> Self {
+        ProfilerShared {
+            state: AtomicU8::new(STATE_OFF),
+            generation: AtomicU64::new(0),
+            interval_ticks: AtomicU64::new(1),
+            max_lock_wait_nanos: AtomicU64::new(0),
+            buffers: Mutex::new(Buffers::default()),
+            limits,
+        }
+    }
+
+    /// `(state, generation, ticks between samples)`.
+    #[inline]
+    pub(crate) fn snapshot(&self) -> (u8, u64, u64) {
+        (
+            self.state.load(Ordering::Acquire),
+            self.generation.load(Ordering::Acquire),
+            self.interval_ticks.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The sample path's lock: the time it waited is recorded so tests (and
+    /// operators) can see the bound hold.
+    fn lock_for_sample(&self) -> MutexGuard<'_, Buffers> {
+        let t = Instant::now();
+        let guard = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        let waited = t.elapsed().as_nanos() as u64;
+        self.max_lock_wait_nanos
+            .fetch_max(waited, Ordering::Relaxed);
+        guard
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Buffers> {
+        self.buffers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a CPU sample of `nanos` for `stack` if capture `generation`
+    /// is still the active CPU capture.
+    pub(crate) fn record_cpu(&self, generation: u64, stack: Stack, nanos: u64, truncated: bool) {
+        let mut b = self.lock_for_sample();
+        let c = &mut b.capture;
+        if c.kind != Some(ProfileKind::Cpu) || c.generation != generation {
+            return;
+        }
+        if c.samples >= self.limits.max_samples {
+            c.dropped += 1;
+            return;
+        }
+        let len = c.cpu.len();
+        match c.cpu.get_mut(&stack) {
+            Some(v) => {
+                v.count += 1;
+                v.nanos = v.nanos.saturating_add(nanos as i64);
+            }
+            None if len >= self.limits.max_stacks => {
+                c.dropped += 1;
+                return;
+            }
+            None => {
+                c.cpu.insert(
+                    stack,
+                    CpuValue {
+                        count: 1,
+                        nanos: nanos as i64,
+                    },
+                );
+            }
+        }
+        c.samples += 1;
+        if truncated {
+            c.truncated += 1;
+        }
+    }
+
+    /// A sampled allocation reported by the guest allocator.
+    pub(crate) fn record_alloc(&self, ptr: u32, size: u64, stack: Stack, truncated: bool) {
+        let mut guard = self.lock_for_sample();
+        let b = &mut *guard;
+        let heap = &mut b.heap;
+        let id = match heap.stack_ids.get(&stack) {
+            Some(&id) => id,
+            None if heap.stacks.len() >= self.limits.max_stacks => {
+                heap.dropped += 1;
+                if b.capture.kind == Some(ProfileKind::Heap) {
+                    b.capture.dropped += 1;
+                }
+                return;
+            }
+            None => {
+                let id = heap.stacks.len() as u32;
+                heap.stacks.push(stack.clone());
+                heap.stack_ids.insert(stack, id);
+                id
+            }
+        };
+        if heap.live.len() < self.limits.max_live_objects || heap.live.contains_key(&ptr) {
+            heap.live.insert(ptr, LiveObject { stack: id, size });
+        } else {
+            heap.dropped += 1;
+        }
+        let c = &mut b.capture;
+        if c.kind == Some(ProfileKind::Heap) {
+            let scale = unbias(size);
+            let v = c.heap.entry(id).or_default();
+            v.alloc_objects += scale;
+            v.alloc_space += scale * size as f64;
+            c.samples += 1;
+            if truncated {
+                c.truncated += 1;
+            }
+        }
+    }
+
+    /// The free of a sampled pointer.
+    pub(crate) fn record_free(&self, ptr: u32) {
+        self.lock_for_sample().heap.live.remove(&ptr);
+    }
+}
+
+/// Go's `scaleHeapSample`: an object of `size` bytes is sampled with
+/// probability `1 - exp(-size / mean)`, so each sample stands for
+/// `1 / that` objects.
+fn unbias(size: u64) -> f64 {
+    let mean = edgeprof_guest_sdk::HEAP_SAMPLE_MEAN_BYTES as f64;
+    if size == 0 {
+        return 1.0;
+    }
+    1.0 / (1.0 - (-(size as f64) / mean).exp())
+}
+
+/// Why a start or stop was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProfilerError {
+    /// A capture is already running on this isolate.
+    #[error("a {0:?} capture is already running on this isolate")]
+    AlreadyActive(ProfileKind),
+    /// `stop` without a running capture.
+    #[error("no capture is running on this isolate")]
+    NotActive,
+    /// The sampling interval is outside what the engine's ticker can do.
+    #[error("sampling interval {interval:?} is outside {min:?}..={max:?}")]
+    IntervalOutOfRange {
+        /// Requested.
+        interval: Duration,
+        /// The engine's tick.
+        min: Duration,
+        /// Upper bound.
+        max: Duration,
+    },
+}
+
+/// The result of a capture.
+#[derive(Debug, Clone)]
+pub struct CaptureResult {
+    /// The symbolized profile.
+    pub profile: Profile,
+    /// Samples recorded.
+    pub samples: u64,
+    /// Samples lost to the sampler's bounds ([`SamplerLimits`]).
+    pub dropped: u64,
+    /// Samples whose stack was cut at the frame limit (their root is a
+    /// `[truncated]` frame).
+    pub truncated: u64,
+}
+
+/// Starts and stops captures on one isolate from any thread. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct ProfilerHandle {
+    pub(crate) shared: Arc<ProfilerShared>,
+    pub(crate) module: Arc<ModuleInfo>,
+    pub(crate) tick: Duration,
+}
+
+/// Live sampled objects per stack id `(objects, bytes)`, and the stacks.
+type LiveSnapshot = (FxHashMap<u32, (f64, f64)>, FxHashMap<u32, Stack>);
+
+/// Longest sampling interval accepted.
+pub const MAX_INTERVAL: Duration = Duration::from_millis(1000);
+
+impl ProfilerHandle {
+    /// Starts a capture; samples are taken every `interval` (rounded to the
+    /// engine's tick) of a request's run time.
+    pub fn start(&self, kind: ProfileKind, interval: Duration) -> Result<(), ProfilerError> {
+        if interval < self.tick || interval > MAX_INTERVAL {
+            return Err(ProfilerError::IntervalOutOfRange {
+                interval,
+                min: self.tick,
+                max: MAX_INTERVAL,
+            });
+        }
+        let ticks = (interval.as_nanos() / self.tick.as_nanos()).max(1) as u64;
+        let mut b = self.shared.lock();
+        if let Some(k) = b.capture.kind {
+            return Err(ProfilerError::AlreadyActive(k));
+        }
+        let generation = self.shared.generation.load(Ordering::Relaxed) + 1;
+        b.capture = Capture {
+            kind: Some(kind),
+            generation,
+            started: Some((Instant::now(), SystemTime::now())),
+            ..Capture::default()
+        };
+        self.shared.interval_ticks.store(ticks, Ordering::Relaxed);
+        self.shared.generation.store(generation, Ordering::Release);
+        self.shared.state.store(kind.code(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Is a capture running?
+    pub fn active(&self) -> Option<ProfileKind> {
+        match self.shared.state.load(Ordering::Acquire) {
+            STATE_CPU => Some(ProfileKind::Cpu),
+            STATE_HEAP => Some(ProfileKind::Heap),
+            _ => None,
+        }
+    }
+
+    /// Stops the capture and returns its symbolized profile.
+    pub fn stop(&self) -> Result<CaptureResult, ProfilerError> {
+        let (capture, live) = {
+            let mut b = self.shared.lock();
+            if b.capture.kind.is_none() {
+                return Err(ProfilerError::NotActive);
+            }
+            self.shared.state.store(STATE_OFF, Ordering::Release);
+            let capture = std::mem::take(&mut b.capture);
+            // Heap captures also report what is still live: copy the (small,
+            // bounded) live set and the stacks it needs.
+            let live = if capture.kind == Some(ProfileKind::Heap) {
+                let mut per_stack: FxHashMap<u32, (f64, f64)> = FxHashMap::default();
+                for obj in b.heap.live.values() {
+                    let scale = unbias(obj.size);
+                    let e = per_stack.entry(obj.stack).or_default();
+                    e.0 += scale;
+                    e.1 += scale * obj.size as f64;
+                }
+                let stacks: FxHashMap<u32, Stack> = per_stack
+                    .keys()
+                    .chain(capture.heap.keys())
+                    .map(|&id| (id, b.heap.stacks[id as usize].clone()))
+                    .collect();
+                Some((per_stack, stacks))
+            } else {
+                None
+            };
+            (capture, live)
+        };
+        Ok(self.symbolize(capture, live))
+    }
+
+    /// The longest time the sample path has waited for the profiler's lock
+    /// on this isolate (it only contends with `start`/`stop`).
+    pub fn max_lock_wait(&self) -> Duration {
+        Duration::from_nanos(self.shared.max_lock_wait_nanos.load(Ordering::Relaxed))
+    }
+
+    fn symbolize(
+        &self,
+        capture: Capture,
+        live: Option<LiveSnapshot>,
+    ) -> CaptureResult {
+        let kind = capture.kind.unwrap_or(ProfileKind::Cpu);
+        let mut b = match kind {
+            ProfileKind::Cpu => {
+                let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+                b.period(
+                    "cpu",
+                    "nanoseconds",
+                    (self.tick.as_nanos() as u64
+                        * self.shared.interval_ticks.load(Ordering::Relaxed))
+                        as i64,
+                );
+                b.default_sample_type("cpu");
+                b
+            }
+            ProfileKind::Heap => {
+                let mut b = ProfileBuilder::new(&[
+                    ("alloc_objects", "count"),
+                    ("alloc_space", "bytes"),
+                    ("inuse_objects", "count"),
+                    ("inuse_space", "bytes"),
+                ]);
+                b.period(
+                    "space",
+                    "bytes",
+                    edgeprof_guest_sdk::HEAP_SAMPLE_MEAN_BYTES as i64,
+                );
+                b.default_sample_type("inuse_space");
+                b
+            }
+        };
+        if let Some((_, started_at)) = capture.started {
+            let t = started_at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            b.time_nanos(t);
+        }
+        if let Some((started, _)) = capture.started {
+            b.duration_nanos(started.elapsed().as_nanos() as i64);
+        }
+        let m = &self.module;
+        let has_dwarf = m.symbols.has_dwarf;
+        let mapping = b.mapping(&MappingSpec {
+            memory_start: 0,
+            memory_limit: m.bytes_len as u64,
+            file_offset: 0,
+            filename: &m.name,
+            build_id: &m.build_id,
+            has_functions: true,
+            has_filenames: has_dwarf,
+            has_line_numbers: has_dwarf,
+            has_inline_frames: has_dwarf,
+        });
+        let mut sym = Symbolizer {
+            module: m,
+            mapping,
+            locations: FxHashMap::default(),
+        };
+        let mut ids = Vec::new();
+        match kind {
+            ProfileKind::Cpu => {
+                for (stack, v) in &capture.cpu {
+                    sym.stack(&mut b, stack, &mut ids);
+                    b.add_sample(&ids, &[v.count, v.nanos], &[]);
+                }
+            }
+            ProfileKind::Heap => {
+                let (live, stacks) = live.unwrap_or_default();
+                for (id, v) in &capture.heap {
+                    sym.stack(&mut b, &stacks[id], &mut ids);
+                    let (io, is) = live.get(id).copied().unwrap_or_default();
+                    b.add_sample(
+                        &ids,
+                        &[
+                            v.alloc_objects.round() as i64,
+                            v.alloc_space.round() as i64,
+                            io.round() as i64,
+                            is.round() as i64,
+                        ],
+                        &[],
+                    );
+                }
+                for (id, (io, is)) in &live {
+                    if capture.heap.contains_key(id) {
+                        continue;
+                    }
+                    sym.stack(&mut b, &stacks[id], &mut ids);
+                    b.add_sample(&ids, &[0, 0, io.round() as i64, is.round() as i64], &[]);
+                }
+            }
+        }
+        CaptureResult {
+            profile: b.build(),
+            samples: capture.samples,
+            dropped: capture.dropped,
+            truncated: capture.truncated,
+        }
+    }
+}
+
+struct Symbolizer<'a> {
+    module: &'a ModuleInfo,
+    mapping: u64,
+    locations: FxHashMap<RawFrame, u64>,
+}
+
+impl Symbolizer<'_> {
+    fn stack(&mut self, b: &mut ProfileBuilder, stack: &[RawFrame], ids: &mut Vec<u64>) {
+        ids.clear();
+        for f in stack {
+            ids.push(self.location(b, *f));
+        }
+    }
+
+    fn location(&mut self, b: &mut ProfileBuilder, frame: RawFrame) -> u64 {
+        if let Some(&id) = self.locations.get(&frame) {
+            return id;
+        }
+        let id = match frame {
+            RawFrame::Host(name) => {
+                let f = b.function(&format!("[host] {name}"), name, "", 0);
+                b.location(
+                    0,
+                    0,
+                    &[LineSpec {
+                        function_id: f,
+                        line: 0,
+                        column: 0,
+                    }],
+                )
+            }
+            RawFrame::Truncated => {
+                let f = b.function("[truncated]", "", "", 0);
+                b.location(
+                    0,
+                    0,
+                    &[LineSpec {
+                        function_id: f,
+                        line: 0,
+                        column: 0,
+                    }],
+                )
+            }
+            RawFrame::Wasm { func, offset } => {
+                let symbols = &self.module.symbols;
+                let name = symbols.function_name(func);
+                let source = symbols.source_frames(u64::from(offset));
+                let mut lines = Vec::with_capacity(source.len().max(1));
+                let n = source.len();
+                for (i, s) in source.iter().enumerate() {
+                    // The outermost DWARF frame is the wasm function itself:
+                    // prefer the name section's name when DWARF has none.
+                    let fname = if s.function.is_empty() && i + 1 == n {
+                        name.clone()
+                    } else if s.function.is_empty() {
+                        "[inlined]".to_string()
+                    } else {
+                        s.function.clone()
+                    };
+                    let f = b.function(&fname, &fname, &s.file, 0);
+                    lines.push(LineSpec {
+                        function_id: f,
+                        line: s.line,
+                        column: 0,
+                    });
+                }
+                if lines.is_empty() {
+                    let f = b.function(&name, &name, "", 0);
+                    lines.push(LineSpec {
+                        function_id: f,
+                        line: 0,
+                        column: 0,
+                    });
+                }
+                b.location(self.mapping, u64::from(offset), &lines)
+            }
+        };
+        self.locations.insert(frame, id);
+        id
+    }
+}

@@ -1,0 +1,175 @@
+//! What a module's bytes say about its code, read once at load: function
+//! names (name section), the code section's offset (DWARF addresses are
+//! relative to it) and a lazily built `addr2line` context over its DWARF.
+
+use std::sync::Mutex;
+
+use rustc_hash::FxHashMap;
+use wasmparser::{KnownCustom, Name, Parser, Payload};
+
+type Reader = gimli::EndianArcSlice<gimli::LittleEndian>;
+
+/// One resolved source position of a code offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SourceFrame {
+    pub function: String,
+    pub file: String,
+    pub line: i64,
+}
+
+#[derive(Default)]
+struct DwarfSections {
+    sections: FxHashMap<String, std::sync::Arc<[u8]>>,
+}
+
+/// Per-module symbol information.
+pub(crate) struct ModuleSymbols {
+    names: FxHashMap<u32, String>,
+    code_section_offset: Option<u64>,
+    dwarf: DwarfSections,
+    context: Mutex<Option<Option<addr2line::Context<Reader>>>>,
+    pub has_dwarf: bool,
+}
+
+impl std::fmt::Debug for ModuleSymbols {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleSymbols")
+            .field("names", &self.names.len())
+            .field("has_dwarf", &self.has_dwarf)
+            .finish()
+    }
+}
+
+impl ModuleSymbols {
+    /// Reads names and DWARF sections; a malformed name section only loses
+    /// names (the module itself was already validated by Wasmtime).
+    pub fn read(bytes: &[u8]) -> ModuleSymbols {
+        let mut names = FxHashMap::default();
+        let mut code_section_offset = None;
+        let mut dwarf = DwarfSections::default();
+        let mut export_names: FxHashMap<u32, String> = FxHashMap::default();
+        for payload in Parser::new(0).parse_all(bytes) {
+            let Ok(payload) = payload else { break };
+            match payload {
+                Payload::ExportSection(exports) => {
+                    for e in exports.into_iter().flatten() {
+                        if e.kind == wasmparser::ExternalKind::Func {
+                            export_names
+                                .entry(e.index)
+                                .or_insert_with(|| e.name.to_string());
+                        }
+                    }
+                }
+                Payload::CodeSectionStart { range, .. } => {
+                    code_section_offset = Some(range.start as u64);
+                }
+                Payload::CustomSection(reader) => {
+                    if reader.name().starts_with(".debug_") {
+                        dwarf
+                            .sections
+                            .insert(reader.name().to_string(), reader.data().into());
+                        continue;
+                    }
+                    if let KnownCustom::Name(name_reader) = reader.as_known() {
+                        for subsection in name_reader {
+                            let Ok(Name::Function(map)) = subsection else {
+                                continue;
+                            };
+                            for naming in map.into_iter().flatten() {
+                                names.insert(naming.index, demangle(naming.name));
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Unnamed exported functions are known by their export name.
+        for (index, name) in export_names {
+            names.entry(index).or_insert(name);
+        }
+        let has_dwarf = dwarf.sections.contains_key(".debug_info");
+        ModuleSymbols {
+            names,
+            code_section_offset,
+            dwarf,
+            context: Mutex::new(None),
+            has_dwarf,
+        }
+    }
+
+    /// The function's display name: name section (demangled), else its
+    /// export name, else
+    /// `wasm-function[N]`.
+    pub fn function_name(&self, index: u32) -> String {
+        self.names
+            .get(&index)
+            .cloned()
+            .unwrap_or_else(|| format!("wasm-function[{index}]"))
+    }
+
+    /// Source frames for a module offset, innermost (inlined) first; empty
+    /// without DWARF or when DWARF does not cover the offset.
+    pub fn source_frames(&self, module_offset: u64) -> Vec<SourceFrame> {
+        let (Some(code), true) = (self.code_section_offset, self.has_dwarf) else {
+            return Vec::new();
+        };
+        let Some(probe) = module_offset.checked_sub(code) else {
+            return Vec::new();
+        };
+        let mut guard = self.context.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = guard.get_or_insert_with(|| self.build_context());
+        let Some(ctx) = ctx.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(frame)) = frames.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.demangle().ok().map(|n| demangle(n.as_ref())))
+                .unwrap_or_default();
+            let (file, line) = frame
+                .location
+                .as_ref()
+                .map(|l| {
+                    (
+                        l.file.unwrap_or("").to_string(),
+                        l.line.map(i64::from).unwrap_or(0),
+                    )
+                })
+                .unwrap_or_default();
+            out.push(SourceFrame {
+                function,
+                file,
+                line,
+            });
+        }
+        out
+    }
+
+    fn build_context(&self) -> Option<addr2line::Context<Reader>> {
+        let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+            let data = self
+                .dwarf
+                .sections
+                .get(id.name())
+                .cloned()
+                .unwrap_or_else(|| std::sync::Arc::from(&[][..]));
+            Ok(gimli::EndianArcSlice::new(data, gimli::LittleEndian))
+        };
+        let dwarf = gimli::Dwarf::load(load).ok()?;
+        addr2line::Context::from_dwarf(dwarf).ok()
+    }
+}
+
+/// Rust symbol names demangled without the hash; other names unchanged.
+pub(crate) fn demangle(name: &str) -> String {
+    match rustc_demangle::try_demangle(name) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => name.to_string(),
+    }
+}

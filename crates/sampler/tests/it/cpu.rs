@@ -1,0 +1,236 @@
+//! CPU captures: shares, deep stacks, host frames, symbols, pprof output.
+
+use std::time::Duration;
+
+use edgeprof_sampler::{Isolate, Limits, ProfileKind, Request, Runtime, RuntimeConfig};
+
+use crate::support::{flat, go_pprof_top, load, runtime, top, worker};
+
+/// 75 % of the work in `split_heavy`, 25 % in `split_light`, by
+/// construction: the same loop, 8 calls of 15 M iterations against 4 calls
+/// of 10 M, interleaved.
+fn split_worker() -> String {
+    worker(
+        r#"
+  (func $split_heavy (call $spin (i32.const 15000000)))
+  (func $split_light (call $spin (i32.const 10000000)))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $split_light) (call $split_heavy) (call $split_light) (call $split_heavy)
+    (call $split_heavy) (call $split_light) (call $split_heavy) (call $split_light)
+    (call $split_heavy) (call $split_heavy) (call $split_heavy) (call $split_heavy)
+    (i64.const 12))"#,
+    )
+}
+
+#[test]
+fn cpu_shares_follow_a_75_25_split_within_5_points() {
+    let rt = runtime();
+    let m = load(&rt, "split.wat", &split_worker());
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for _ in 0..8 {
+        let resp = iso.handle(&Request::get("/")).unwrap();
+        assert_eq!(resp.status, 200);
+    }
+    let cap = prof.stop().unwrap();
+    assert!(cap.samples > 200, "only {} samples", cap.samples);
+    assert_eq!(cap.dropped, 0);
+    let rows = top(&cap.profile, "cpu");
+    // Both call the same `spin` loop, so shares are by cum of the callers.
+    assert!(flat(&rows, "spin") > 0, "{rows:?}");
+    assert!(
+        !rows.iter().any(|r| r.0.starts_with("[host]")),
+        "no host calls were made: {rows:?}"
+    );
+    let cum = |f: &str| rows.iter().find(|r| r.0 == f).map(|r| r.2).unwrap_or(0) as f64;
+    let (h, l) = (cum("split_heavy"), cum("split_light"));
+    let share = 100.0 * h / (h + l);
+    assert!(
+        (share - 75.0).abs() <= 5.0,
+        "split_heavy share {share:.1}% (rows {rows:?})"
+    );
+    if let Some(out) = go_pprof_top(&cap.profile) {
+        assert!(out.contains("spin"), "go tool pprof -top output:\n{out}");
+        assert!(
+            out.contains("Type: cpu"),
+            "go tool pprof -top output:\n{out}"
+        );
+    }
+}
+
+fn recursion_worker(depth: u32) -> String {
+    worker(&format!(
+        r#"
+  (func $recurse (param $d i32)
+    (if (i32.eqz (local.get $d))
+      (then (call $spin (i32.const 20000000)))
+      (else (call $recurse (i32.sub (local.get $d) (i32.const 1))))))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $recurse (i32.const {depth})) (i64.const 12))"#
+    ))
+}
+
+fn deepest(cap: &edgeprof_sampler::CaptureResult, name: &str) -> usize {
+    cap.profile
+        .sample
+        .iter()
+        .map(|s| {
+            edgeprof_pprof::stack_frames(&cap.profile, s)
+                .iter()
+                .filter(|f| f.function == name)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn recursion_deeper_than_100_frames_is_captured_whole() {
+    let rt = runtime();
+    let m = load(&rt, "recurse.wat", &recursion_worker(150));
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for _ in 0..5 {
+        iso.handle(&Request::get("/")).unwrap();
+    }
+    let cap = prof.stop().unwrap();
+    assert!(cap.samples > 20, "{} samples", cap.samples);
+    assert_eq!(cap.truncated, 0);
+    assert_eq!(deepest(&cap, "recurse"), 151);
+    let frames: Vec<String> = cap
+        .profile
+        .function
+        .iter()
+        .map(|f| edgeprof_pprof::string(&cap.profile, f.name).to_string())
+        .collect();
+    assert!(!frames.iter().any(|f| f == "[truncated]"), "{frames:?}");
+}
+
+#[test]
+fn stacks_past_the_frame_limit_are_marked_truncated() {
+    let rt = Runtime::new(RuntimeConfig {
+        max_frames: 50,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let m = load(&rt, "recurse.wat", &recursion_worker(150));
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for _ in 0..3 {
+        iso.handle(&Request::get("/")).unwrap();
+    }
+    let cap = prof.stop().unwrap();
+    assert!(cap.truncated > 0 && cap.truncated == cap.samples, "{cap:?}");
+    let roots: Vec<String> = cap
+        .profile
+        .sample
+        .iter()
+        .map(|s| {
+            edgeprof_pprof::stack_frames(&cap.profile, s)
+                .last()
+                .map(|f| f.function.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert!(roots.iter().all(|r| r == "[truncated]"), "{roots:?}");
+}
+
+#[test]
+fn host_calls_appear_as_host_frames_under_the_calling_function() {
+    let rt = runtime();
+    let src = worker(
+        r#"
+  (func $chatty (local $i i32)
+    (block $done (loop $l
+      (br_if $done (i32.ge_u (local.get $i) (i32.const 200000)))
+      (call $log (i32.const 16) (i32.const 4))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l))))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $chatty) (i64.const 12))"#,
+    );
+    let m = load(&rt, "chatty.wat", &src);
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    iso.handle(&Request::get("/")).unwrap();
+    let cap = prof.stop().unwrap();
+    let host_stack = cap
+        .profile
+        .sample
+        .iter()
+        .map(|s| edgeprof_pprof::stack_frames(&cap.profile, s))
+        .find(|st| st.first().map(|f| f.function) == Some("[host] edgeprof.log"))
+        .expect("a [host] edgeprof.log sample");
+    assert_eq!(host_stack[1].function, "chatty");
+    assert_eq!(iso.take_logs().len(), 1000, "log lines are capped at 1000");
+}
+
+#[test]
+fn a_module_without_names_gives_wasm_function_frames_and_a_build_id() {
+    let rt = runtime();
+    // Same worker, no `$names`: strip the name section by re-encoding as
+    // binary without names.
+    let wasm = wat::parse_str(recursion_worker(3)).unwrap();
+    let stripped = strip_names(&wasm);
+    let m = rt.load_module("anon.wasm", &stripped).unwrap();
+    assert_eq!(m.build_id().len(), 64);
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    iso.handle(&Request::get("/")).unwrap();
+    let cap = prof.stop().unwrap();
+    let rows = top(&cap.profile, "samples");
+    assert!(
+        rows.iter().any(|r| r.0.starts_with("wasm-function[")),
+        "{rows:?}"
+    );
+    let mapping = &cap.profile.mapping[0];
+    assert_eq!(
+        edgeprof_pprof::string(&cap.profile, mapping.build_id),
+        m.build_id()
+    );
+    assert_eq!(
+        edgeprof_pprof::string(&cap.profile, mapping.filename),
+        "anon.wasm"
+    );
+}
+
+/// The module without its `name` custom section.
+fn strip_names(wasm: &[u8]) -> Vec<u8> {
+    let mut out = wasm[..8].to_vec();
+    for payload in wasmparser::Parser::new(0).parse_all(wasm) {
+        let payload = payload.unwrap();
+        if let Some((id, range)) = payload.as_section() {
+            if let wasmparser::Payload::CustomSection(c) = &payload
+                && c.name() == "name"
+            {
+                continue;
+            }
+            out.push(id);
+            leb(&mut out, range.len() as u32);
+            out.extend_from_slice(&wasm[range]);
+        }
+    }
+    out
+}
+
+fn leb(out: &mut Vec<u8>, mut v: u32) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            break;
+        }
+        out.push(b | 0x80);
+    }
+}

@@ -1,0 +1,101 @@
+//! Memory and CPU limits, eviction and recovery.
+
+use std::time::Duration;
+
+use edgeprof_sampler::{EvictionReason, Isolate, IsolateError, Limits, Request};
+
+use crate::support::{load, runtime, worker};
+
+#[test]
+fn growing_past_the_memory_limit_evicts_and_a_fresh_isolate_serves_next() {
+    let rt = runtime();
+    // Each request grows memory by 4 pages (256 KiB) and keeps it.
+    let m = load(
+        &rt,
+        "grow.wat",
+        &worker(
+            r#"(func (export "edgeprof_handle") (param i32 i32) (result i64)
+                 (drop (memory.grow (i32.const 4))) (i64.const 12))"#,
+        ),
+    );
+    let limits = Limits {
+        memory_bytes: 4 << 20,
+        ..Limits::default()
+    };
+    let mut iso = Isolate::new(&rt, &m, limits).unwrap();
+    assert_eq!(iso.memory_bytes(), 2 * 65536);
+    let mut served = 0;
+    let err = loop {
+        match iso.handle(&Request::get("/")) {
+            Ok(r) => {
+                assert_eq!(r.status, 200);
+                served += 1;
+                assert!(served < 100, "never hit the limit");
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, IsolateError::ExceededMemory { .. }),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "Exceeded Memory: linear memory would grow to 4325376 bytes, the limit is 4194304 bytes"
+    );
+    assert_eq!(served, 15);
+    assert_eq!(iso.eviction(), Some(EvictionReason::ExceededMemory));
+    assert!(matches!(
+        iso.handle(&Request::get("/")),
+        Err(IsolateError::Evicted(EvictionReason::ExceededMemory))
+    ));
+    assert_eq!(rt.evictions().exceeded_memory, 1);
+    let mut fresh = Isolate::new(&rt, &m, limits).unwrap();
+    assert_eq!(fresh.handle(&Request::get("/")).unwrap().status, 200);
+    assert_eq!(fresh.memory_bytes(), 6 * 65536);
+}
+
+#[test]
+fn a_runaway_request_is_stopped_at_its_cpu_limit() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "forever.wat",
+        &worker(
+            r#"(func (export "edgeprof_handle") (param i32 i32) (result i64)
+                 (loop $l (call $spin (i32.const 1000)) (br $l)) (i64.const 12))"#,
+        ),
+    );
+    let limits = Limits {
+        cpu_per_request: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let mut iso = Isolate::new(&rt, &m, limits).unwrap();
+    let err = iso.handle(&Request::get("/")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Exceeded CPU: the request ran past its CPU-time limit of 100ms"
+    );
+    assert_eq!(iso.eviction(), Some(EvictionReason::ExceededCpu));
+    assert_eq!(rt.evictions().exceeded_cpu, 1);
+}
+
+#[test]
+fn a_module_without_the_abi_is_refused_with_the_missing_export() {
+    let rt = runtime();
+    let m = rt
+        .load_module("bare.wat", br#"(module (memory (export "memory") 1))"#)
+        .unwrap();
+    let err = Isolate::new(&rt, &m, Limits::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("module `bare.wat` does not implement the guest ABI: export `edgeprof_alloc: (i32) -> i32`"),
+        "{err}"
+    );
+    let err = rt.load_module("bad.wat", b"(module (func").unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("module `bad.wat` is not valid WAT"),
+        "{err}"
+    );
+}

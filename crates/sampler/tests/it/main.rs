@@ -1,0 +1,6 @@
+//! Integration tests of the sampler: real Wasmtime isolates, real workers.
+
+mod cpu;
+mod discipline;
+mod limits;
+mod support;

@@ -12,6 +12,7 @@
 mod bench;
 mod ci;
 mod util;
+mod workers;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,7 @@ fn main() -> ExitCode {
     };
     let result = match task {
         "bench" => bench::run(rest),
+        "build-workers" => workers::run_task(rest),
         "ci" => ci::run(rest),
         "codegen" => ci::codegen(),
         "help" | "--help" | "-h" => {
@@ -44,5 +46,6 @@ const HELP: &str = "usage: cargo xtask <task>
 
 tasks:
   bench pprof  decode+merge of 100 profiles: edgeprof vs go tool pprof, side by side
+  build-workers  build e2e/workers for wasm32 into target/workers/
   ci         run the whole test suite (installs what it needs)
   codegen    regenerate crates/proto/src/gen from proto/";

@@ -51,8 +51,10 @@ pub fn app(state: Ingress) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug/pprof/profile", get(native_profile))
         .route("/do/{namespace}/{id}", any(durable_object))
+        .route("/do/{namespace}/{id}/", any(durable_object))
         .route("/do/{namespace}/{id}/{*rest}", any(durable_object))
         .route("/{script}", any(script))
+        .route("/{script}/", any(script))
         .route("/{script}/{*rest}", any(script))
         .with_state(state)
 }

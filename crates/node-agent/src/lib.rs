@@ -80,7 +80,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let machine = v1::Machine {
         id: config.machine_id.clone(),
         data_center: config.data_center.clone(),
-        grpc_address: format!("http://{}:{}", config.advertise_host, grpc.port()),
+        grpc_address: format!("{}:{}", config.advertise_host, grpc.port()),
         http_address: format!("http://{}:{}", config.advertise_host, http.port()),
     };
     let hosting = Arc::new(hosting::Hosting::new(

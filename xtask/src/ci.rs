@@ -3,7 +3,8 @@
 //! Installs what the tests need (rustfmt/clippy components, the
 //! `wasm32-unknown-unknown` target, Debian's `golang-go` for the `go tool pprof`
 //! oracle), then checks formatting, runs clippy with `-D warnings` and runs
-//! every test of the workspace with the slow suites enabled.
+//! every test of the workspace with the slow suites enabled, after building
+//! the example workers and the binaries the end-to-end tests start.
 
 use std::process::Command;
 
@@ -31,6 +32,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    // The end-to-end tests drive the real binaries and the example workers.
+    crate::workers::run_task(&[])?;
+    sh(cargo().args(["build", "--workspace", "--bins"]))?;
     sh(cargo()
         .args(["test", "--workspace", "--all-targets"])
         .env("EDGEPROF_SLOW_TESTS", "1"))?;

@@ -11,6 +11,7 @@
 
 mod bench;
 mod ci;
+mod cluster;
 mod util;
 mod workers;
 
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(rest),
         "build-workers" => workers::run_task(rest),
         "ci" => ci::run(rest),
+        "cluster" => cluster::run_cluster(rest),
         "codegen" => ci::codegen(),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
@@ -47,5 +49,6 @@ const HELP: &str = "usage: cargo xtask <task>
 tasks:
   bench pprof  decode+merge of 100 profiles: edgeprof vs go tool pprof, side by side
   build-workers  build e2e/workers for wasm32 into target/workers/
+  cluster    a local edge (control plane + agents + workers + traffic) with the dashboard
   ci         run the whole test suite (installs what it needs)
   codegen    regenerate crates/proto/src/gen from proto/";

@@ -10,6 +10,10 @@
 //!   deployed share the rest in proportion); `GET|PUT
 //!   /scripts/{script}/deployment` (`{"versions": [{"version_id",
 //!   "weight"}]}`); `GET /scripts/{script}/targets[?version=SEL]`.
+//! - `GET /scripts/{script}/memory[?version=SEL][&window_s=N]`: per version,
+//!   its isolates' memory now, nearest-rank p50/p99/p99.9/max of the
+//!   heartbeat readings in the last N s (1–300, default 300) and the
+//!   eviction counters (see [`crate::fleet::Fleet::memory`]).
 //! - `POST /scripts/{script}/versions/{version}/profile` (Cloudflare's body)
 //!   → 200 gzip'd pprof, synchronously. A partial capture still answers 200,
 //!   with `X-Edgeprof-Status: partial` and `X-Edgeprof-Missing-Machines`.
@@ -135,6 +139,10 @@ pub fn app(state: AppState) -> Router {
         .route(
             "/v1/accounts/{account}/scripts/{script}/targets",
             get(targets),
+        )
+        .route(
+            "/v1/accounts/{account}/scripts/{script}/memory",
+            get(memory),
         )
         .route(
             "/v1/accounts/{account}/scripts/{script}/versions/{version}/profile",
@@ -695,6 +703,58 @@ async fn targets(
         "script": script,
         "version_id": version.map(|v| v.id),
         "targets": targets,
+    })))
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct MemoryQuery {
+    version: Option<String>,
+    window_s: Option<String>,
+}
+
+/// `window_s` as a duration: a whole number of seconds, 1 to the window kept.
+fn parse_window(raw: Option<&str>) -> ApiResult<Duration> {
+    let max = crate::fleet::MEMORY_WINDOW.as_secs();
+    match raw {
+        None => Ok(crate::fleet::MEMORY_WINDOW),
+        Some(w) => match w.trim().parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(ApiError::bad_request(
+                "invalid_window",
+                format!("window_s: must be a whole number of seconds from 1 to {max} (got `{w}`)"),
+            )),
+        },
+    }
+}
+
+async fn memory(
+    State(state): State<AppState>,
+    Path((account, script)): Path<(String, String)>,
+    Query(q): Query<MemoryQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    authorize(&state, &headers, &account).await?;
+    require_script(&state, &account, &script).await?;
+    let window = parse_window(q.window_s.as_deref())?;
+    let versions = match &q.version {
+        // The asked version, even with nothing reported yet.
+        Some(sel) => {
+            let v = resolve_version(&state, &account, &script, sel).await?;
+            vec![state.fleet.memory(&account, &script, &v.id, window)]
+        }
+        // Every version something is known about, newest first.
+        None => state
+            .store
+            .versions(&account, &script)
+            .await?
+            .iter()
+            .map(|v| state.fleet.memory(&account, &script, &v.id, window))
+            .filter(|m| m.has_data())
+            .collect(),
+    };
+    Ok(Json(json!({
+        "script": script,
+        "versions": versions,
     })))
 }
 

@@ -3,6 +3,7 @@
 
 mod api;
 mod capture;
+mod memory;
 mod process;
 mod storage;
 mod support;

@@ -81,11 +81,15 @@ impl<T> Single<T> {
 /// sampled objects. Full → the new sample is still reported but its free is
 /// not (the host then sees it as live).
 const TABLE: usize = 4096;
+const PROBE: usize = 64;
+const EMPTY: u32 = 0;
+const TOMBSTONE: u32 = u32::MAX;
 
 struct State {
     allocated: Cell<u64>,
     until_sample: Cell<i64>,
     rng: Cell<u64>,
+    live: Cell<u32>,
     sampled: [Cell<u32>; TABLE],
 }
 
@@ -93,6 +97,7 @@ static STATE: Single<State> = Single(UnsafeCell::new(State {
     allocated: Cell::new(0),
     until_sample: Cell::new(0),
     rng: Cell::new(0x9E37_79B9_7F4A_7C15),
+    live: Cell::new(0),
     sampled: [const { Cell::new(0) }; TABLE],
 }));
 
@@ -126,10 +131,11 @@ impl State {
         self.until_sample.set(self.next_interval());
         let p = ptr as u32;
         let start = Self::slot(p);
-        for i in 0..64 {
+        for i in 0..PROBE {
             let c = &self.sampled[(start + i) % TABLE];
-            if c.get() == 0 {
+            if c.get() == EMPTY || c.get() == TOMBSTONE {
                 c.set(p);
+                self.live.set(self.live.get() + 1);
                 break;
             }
         }
@@ -138,15 +144,35 @@ impl State {
     }
 
     fn on_free(&self, ptr: *mut u8) {
+        if self.live.get() == 0 {
+            return;
+        }
         let p = ptr as u32;
         let start = Self::slot(p);
-        for i in 0..64 {
-            let c = &self.sampled[(start + i) % TABLE];
-            if c.get() == p {
-                c.set(0);
-                // SAFETY: a plain host import taking one integer.
-                unsafe { host_heap_free(p as i32) }
-                return;
+        for i in 0..PROBE {
+            let at = (start + i) % TABLE;
+            let c = &self.sampled[at];
+            match c.get() {
+                EMPTY => return,
+                v if v == p => {
+                    self.live.set(self.live.get() - 1);
+                    // Linear probing: a slot followed by an empty one can be
+                    // emptied, and so can the tombstones before it.
+                    if self.sampled[(at + 1) % TABLE].get() == EMPTY {
+                        c.set(EMPTY);
+                        let mut back = (at + TABLE - 1) % TABLE;
+                        while self.sampled[back].get() == TOMBSTONE {
+                            self.sampled[back].set(EMPTY);
+                            back = (back + TABLE - 1) % TABLE;
+                        }
+                    } else {
+                        c.set(TOMBSTONE);
+                    }
+                    // SAFETY: a plain host import taking one integer.
+                    unsafe { host_heap_free(p as i32) }
+                    return;
+                }
+                _ => {}
             }
         }
     }

@@ -82,12 +82,14 @@ pub enum IsolateError {
     BadResponse(String),
 }
 
+/// A host call in progress while a CPU capture runs (set by the call hook).
 struct HostCall {
     generation: u64,
-    stack: Vec<RawFrame>,
-    truncated: bool,
     start: Instant,
     cpu_at_call: u64,
+    /// Set by our imports (not by Wasmtime's libcalls): the import's name
+    /// and the calling wasm stack.
+    import: Option<(&'static str, Vec<RawFrame>, bool)>,
 }
 
 pub(crate) struct HostState {
@@ -100,7 +102,6 @@ pub(crate) struct HostState {
     seen_generation: u64,
     last_cpu: u64,
     host_call: Option<HostCall>,
-    host_name: &'static str,
     max_frames: usize,
     poll_ticks: u64,
     logs: Vec<String>,
@@ -172,13 +173,26 @@ impl std::fmt::Debug for Isolate {
     }
 }
 
+/// Called first by every import: while a CPU capture runs, records which
+/// import this host call is and the wasm stack that called it.
+fn enter_import(caller: &mut Caller<'_, HostState>, name: &'static str) {
+    if caller.data().host_call.is_none() {
+        return;
+    }
+    let max = caller.data().max_frames;
+    let (stack, truncated) = capture_stack(&*caller, max);
+    if let Some(call) = caller.data_mut().host_call.as_mut() {
+        call.import = Some((name, stack, truncated));
+    }
+}
+
 fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
     let mut l = Linker::new(&runtime.inner.engine);
     l.func_wrap(
         "edgeprof",
         "log",
         |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-            caller.data_mut().host_name = "edgeprof.log";
+            enter_import(&mut caller, "edgeprof.log");
             let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
                 return;
             };
@@ -199,7 +213,7 @@ fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
         "edgeprof",
         "heap_alloc",
         |mut caller: Caller<'_, HostState>, ptr: i32, size: i32| {
-            caller.data_mut().host_name = "edgeprof.heap_alloc";
+            enter_import(&mut caller, "edgeprof.heap_alloc");
             let max = caller.data().max_frames;
             let (stack, truncated) = capture_stack(&caller, max);
             caller.data().prof.record_alloc(
@@ -214,7 +228,7 @@ fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
         "edgeprof",
         "heap_free",
         |mut caller: Caller<'_, HostState>, ptr: i32| {
-            caller.data_mut().host_name = "edgeprof.heap_free";
+            enter_import(&mut caller, "edgeprof.heap_free");
             caller.data().prof.record_free(ptr as u32);
         },
     )?;
@@ -240,7 +254,6 @@ impl Isolate {
             seen_generation: 0,
             last_cpu: 0,
             host_call: None,
-            host_name: "",
             max_frames: cfg.max_frames,
             poll_ticks: cfg.poll_ticks,
             logs: Vec::new(),
@@ -455,24 +468,18 @@ fn on_call_hook(
     match hook {
         CallHook::CallingHost => {
             // Also fires for Wasmtime's own libcalls (the epoch callback,
-            // memory.grow): the stack is only kept, and recorded on return
-            // if one of our imports named itself.
-            let st = ctx.data();
+            // memory.grow); only our imports fill in `import`, so only they
+            // become `[host]` samples. Cheap: two clock reads.
+            let st = ctx.data_mut();
             let (state, generation, _) = st.prof.snapshot();
             if state != STATE_CPU || st.seen_generation != generation {
                 return Ok(());
             }
-            let max = st.max_frames;
-            let cpu_at_call = thread_cpu_nanos();
-            let (stack, truncated) = capture_stack(&ctx, max);
-            let st = ctx.data_mut();
-            st.host_name = "";
             st.host_call = Some(HostCall {
                 generation,
-                stack,
-                truncated,
                 start: Instant::now(),
-                cpu_at_call,
+                cpu_at_call: thread_cpu_nanos(),
+                import: None,
             });
         }
         CallHook::ReturningFromHost => {
@@ -480,28 +487,20 @@ fn on_call_hook(
             let Some(call) = st.host_call.take() else {
                 return Ok(());
             };
-            let name = std::mem::take(&mut st.host_name);
-            if name.is_empty() {
+            let Some((name, wasm_stack, truncated)) = call.import else {
                 return Ok(());
-            }
+            };
             let wall = call.start.elapsed().as_nanos() as u64;
-            let weight = call.cpu_at_call.saturating_sub(st.last_cpu);
-            let mut stack = Vec::with_capacity(call.stack.len() + 1);
+            let mut stack = Vec::with_capacity(wasm_stack.len() + 1);
             stack.push(RawFrame::Host(name));
-            stack.extend_from_slice(&call.stack);
-            st.prof.record_cpu(
-                call.generation,
-                call.stack.into_boxed_slice(),
-                weight,
-                call.truncated,
-            );
-            st.prof.record_cpu(
-                call.generation,
-                stack.into_boxed_slice(),
-                wall,
-                call.truncated,
-            );
-            st.last_cpu = thread_cpu_nanos();
+            stack.extend(wasm_stack);
+            st.prof
+                .record_cpu(call.generation, stack.into_boxed_slice(), wall, truncated);
+            // The wasm CPU time before the call stays for the next tick's
+            // sample (attributing it here would bias towards call sites);
+            // the host call's own CPU time is not wasm time.
+            let host_cpu = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
+            st.last_cpu = st.last_cpu.saturating_add(host_cpu);
         }
         _ => {}
     }

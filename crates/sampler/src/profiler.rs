@@ -386,11 +386,7 @@ impl ProfilerHandle {
         Duration::from_nanos(self.shared.max_lock_wait_nanos.load(Ordering::Relaxed))
     }
 
-    fn symbolize(
-        &self,
-        capture: Capture,
-        live: Option<LiveSnapshot>,
-    ) -> CaptureResult {
+    fn symbolize(&self, capture: Capture, live: Option<LiveSnapshot>) -> CaptureResult {
         let kind = capture.kind.unwrap_or(ProfileKind::Cpu);
         let mut b = match kind {
             ProfileKind::Cpu => {

@@ -4,3 +4,4 @@ mod cpu;
 mod discipline;
 mod limits;
 mod support;
+mod workers;

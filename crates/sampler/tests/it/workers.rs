@@ -1,0 +1,267 @@
+//! The Rust example workers of `e2e/workers`, built by
+//! `cargo xtask build-workers`, profiled in real isolates.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use edgeprof_sampler::{
+    EvictionReason, Isolate, IsolateError, Limits, Module, ProfileKind, Request, Runtime,
+};
+
+use crate::support::{go_pprof_top, runtime, top};
+
+/// The workers, built once per test run the way `cargo xtask build-workers`
+/// builds them (release, DWARF kept; `<name>-fixed.wasm` with
+/// `--features fixed`). Built here with plain cargo on `e2e/workers` (its own
+/// workspace) so the test does not depend on the host workspace's manifests;
+/// cargo makes it a no-op when nothing changed.
+fn workers_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let build = root.join("target/workers-build");
+        let out = root.join("target/workers-test");
+        std::fs::create_dir_all(&out).unwrap();
+        for (features, suffix) in [(None, ""), (Some("fixed"), "-fixed")] {
+            for w in [
+                "json-gateway",
+                "metrics-twice",
+                "leftover-instrumentation",
+                "counter-object",
+            ] {
+                let mut c = std::process::Command::new(env!("CARGO"));
+                c.env_remove("CARGO_TARGET_DIR")
+                    .env_remove("RUSTFLAGS")
+                    .args([
+                        "build",
+                        "--release",
+                        "--target",
+                        "wasm32-unknown-unknown",
+                        "-p",
+                        w,
+                    ])
+                    .arg("--manifest-path")
+                    .arg(root.join("e2e/workers/Cargo.toml"))
+                    .arg("--target-dir")
+                    .arg(&build);
+                if let Some(f) = features {
+                    c.args(["--features", f]);
+                }
+                let status = c.status().expect("running cargo for the workers");
+                assert!(status.success(), "building worker {w}{suffix} failed");
+                let file = format!("{}.wasm", w.replace('-', "_"));
+                std::fs::copy(
+                    build.join("wasm32-unknown-unknown/release").join(file),
+                    out.join(format!("{w}{suffix}.wasm")),
+                )
+                .unwrap();
+            }
+        }
+        out
+    })
+}
+
+fn load(rt: &Runtime, file: &str) -> Module {
+    let path = workers_dir().join(file);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    rt.load_module(file, &bytes).expect("worker compiles")
+}
+
+fn cpu_capture(file: &str, requests: usize) -> edgeprof_sampler::CaptureResult {
+    let rt = runtime();
+    let m = load(&rt, file);
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for i in 0..requests {
+        let r = iso.handle(&Request::get(&format!("/tree/{i}"))).unwrap();
+        assert_eq!(r.status, 200);
+    }
+    prof.stop().unwrap()
+}
+
+#[test]
+fn json_gateway_replacer_is_the_top_function_by_flat_time() {
+    let cap = cpu_capture("json-gateway.wasm", 40);
+    let rows = top(&cap.profile, "cpu");
+    assert!(cap.samples > 50, "{} samples", cap.samples);
+    assert_eq!(
+        rows[0].0,
+        "json_gateway::replacer",
+        "top rows: {:?}",
+        &rows[..5]
+    );
+    let out = go_pprof_top(&cap.profile);
+    if let Some(out) = out {
+        assert!(out.contains("json_gateway::replacer"), "{out}");
+    }
+}
+
+#[test]
+fn the_fixed_json_gateway_no_longer_spends_most_time_in_the_replacer() {
+    let cap = cpu_capture("json-gateway-fixed.wasm", 40);
+    let rows = top(&cap.profile, "cpu");
+    let total: i64 = rows.iter().map(|r| r.1).sum();
+    let replacer = rows
+        .iter()
+        .find(|r| r.0 == "json_gateway::replacer")
+        .map(|r| r.1)
+        .unwrap_or(0);
+    assert!(
+        (replacer as f64) < 0.3 * total as f64,
+        "replacer flat {replacer} of {total}: {:?}",
+        &rows[..5.min(rows.len())]
+    );
+}
+
+#[test]
+fn dwarf_gives_file_and_line_for_a_rust_worker() {
+    let rt = runtime();
+    let m = load(&rt, "json-gateway.wasm");
+    assert!(m.has_dwarf());
+    drop(rt);
+    let cap = cpu_capture("json-gateway.wasm", 20);
+    let p = &cap.profile;
+    let replacer = p
+        .function
+        .iter()
+        .find(|f| edgeprof_pprof::string(p, f.name) == "json_gateway::replacer")
+        .expect("replacer in the profile");
+    let file = edgeprof_pprof::string(p, replacer.filename);
+    assert!(
+        file.ends_with("json-gateway/src/lib.rs"),
+        "replacer's file is {file:?}"
+    );
+    let lines: Vec<i64> = p
+        .location
+        .iter()
+        .flat_map(|l| &l.line)
+        .filter(|l| l.function_id == replacer.id)
+        .map(|l| l.line)
+        .collect();
+    // Line 0 is DWARF's "no source line" (compiler-generated code).
+    assert!(
+        lines.iter().any(|&l| l > 0),
+        "no line for replacer: {lines:?}"
+    );
+    assert!(
+        lines.iter().all(|&l| l == 0 || (29..=52).contains(&l)),
+        "replacer lines {lines:?} are not within its body (lines 29-52)"
+    );
+    assert!(p.mapping[0].has_line_numbers && p.mapping[0].has_inline_frames);
+}
+
+#[test]
+fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
+    let rt = runtime();
+    let m = load(&rt, "leftover-instrumentation.wasm");
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    iso.handle(&Request::get("/warmup")).unwrap();
+    let prof = iso.profiler();
+    let before = iso
+        .guest_allocated_bytes()
+        .expect("SDK worker exports the counter");
+    prof.start(ProfileKind::Heap, Duration::from_millis(1))
+        .unwrap();
+    for i in 0..300 {
+        iso.handle(&Request::get(&format!("/items/{i}"))).unwrap();
+    }
+    let cap = prof.stop().unwrap();
+    let truth = iso.guest_allocated_bytes().unwrap() - before;
+    let rows = top(&cap.profile, "alloc_space");
+    let total: i64 = cap.profile.sample.iter().map(|s| s.value[1]).sum();
+    let ratio = total as f64 / truth as f64;
+    assert!(
+        (0.85..=1.15).contains(&ratio),
+        "alloc_space {total} vs {truth} allocated: ratio {ratio:.3} ({} samples)",
+        cap.samples
+    );
+    let instr = rows
+        .iter()
+        .find(|r| r.0 == "leftover_instrumentation::record_instrumentation")
+        .map(|r| r.2)
+        .unwrap_or(0);
+    assert!(
+        instr as f64 >= 0.6 * total as f64,
+        "instrumentation cum {instr} of {total}: {rows:?}"
+    );
+    // Retained trace buffers show up as in-use.
+    let inuse: i64 = cap.profile.sample.iter().map(|s| s.value[3]).sum();
+    assert!(inuse > 0, "no in-use bytes");
+    if let Some(out) = go_pprof_top(&cap.profile) {
+        assert!(out.contains("record_instrumentation"), "{out}");
+    }
+}
+
+#[test]
+fn leftover_instrumentation_exceeds_128_mib_under_load_and_is_evicted() {
+    let rt = runtime();
+    let m = load(&rt, "leftover-instrumentation.wasm");
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let mut served = 0;
+    let err = loop {
+        match iso.handle(&Request::get("/load")) {
+            Ok(_) => served += 1,
+            Err(e) => break e,
+        }
+        assert!(served < 10_000, "memory never ran out");
+    };
+    assert!(
+        matches!(err, IsolateError::ExceededMemory { limit, .. } if limit == 128 << 20),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with("Exceeded Memory"));
+    assert!(served > 1000, "only {served} requests before the limit");
+    assert_eq!(iso.eviction(), Some(EvictionReason::ExceededMemory));
+    assert_eq!(rt.evictions().exceeded_memory, 1);
+    let mut fresh = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    assert_eq!(fresh.handle(&Request::get("/")).unwrap().status, 200);
+
+    // v2 has no leak: the same load stays far below the limit.
+    let fixed = load(&rt, "leftover-instrumentation-fixed.wasm");
+    let mut v2 = Isolate::new(&rt, &fixed, Limits::default()).unwrap();
+    for _ in 0..served + 100 {
+        v2.handle(&Request::get("/load")).unwrap();
+    }
+    assert!(v2.memory_bytes() < 8 << 20, "{} bytes", v2.memory_bytes());
+}
+
+#[test]
+fn counter_object_keeps_its_state_in_the_isolate() {
+    let rt = runtime();
+    for file in ["counter-object.wasm", "counter-object-fixed.wasm"] {
+        let m = load(&rt, file);
+        let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+        let post = Request {
+            method: "POST".into(),
+            ..Request::get("/increment")
+        };
+        for _ in 0..5 {
+            iso.handle(&post).unwrap();
+        }
+        let r = iso.handle(&Request::get("/")).unwrap();
+        assert_eq!(r.body, b"5", "{file}");
+        let mut other = Isolate::new(&rt, &m, Limits::default()).unwrap();
+        assert_eq!(other.handle(&Request::get("/")).unwrap().body, b"0");
+    }
+}
+
+#[test]
+fn metrics_twice_spends_twice_the_cpu_of_its_fix_in_build_metrics() {
+    let cum = |file: &str| {
+        let cap = cpu_capture(file, 300);
+        let rows = top(&cap.profile, "cpu");
+        rows.iter()
+            .find(|r| r.0 == "metrics_twice::build_metrics")
+            .map(|r| r.2 as f64)
+            .unwrap_or(0.0)
+    };
+    let (v1, v2) = (cum("metrics-twice.wasm"), cum("metrics-twice-fixed.wasm"));
+    let ratio = v1 / v2;
+    assert!(
+        (1.6..=2.5).contains(&ratio),
+        "build_metrics cpu v1/v2 = {ratio:.2} ({v1} / {v2})"
+    );
+}

@@ -140,7 +140,7 @@ fn durable_object_lives_in_one_isolate_and_its_capture_names_it() {
     let mut seen = Vec::new();
     for (i, base) in machines.iter().cycle().take(6).enumerate() {
         let r = client
-            .get(format!("{base}/do/counter-object/{id}/increment"))
+            .post(format!("{base}/do/counter-object/{id}/increment"))
             .send()
             .unwrap();
         assert!(

@@ -11,7 +11,9 @@ use crate::util::{cargo, root, run};
 pub fn run_cluster(args: &[String]) -> Result<(), String> {
     eprintln!("xtask cluster: building the example workers…");
     crate::workers::run_task(&[])?;
-    eprintln!("xtask cluster: building the control plane, node agent, CLI and cluster runner (release)…");
+    eprintln!(
+        "xtask cluster: building the control plane, node agent, CLI and cluster runner (release)…"
+    );
     run(cargo().args([
         "build",
         "--release",

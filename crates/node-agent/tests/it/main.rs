@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 fn env_file() -> Vec<(String, String)> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/node-agent/node-agent.env.example");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/node-agent/node-agent.env.example");
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .lines()
@@ -20,24 +21,49 @@ fn env_file() -> Vec<(String, String)> {
 
 fn agent(env: &[(String, String)], args: &[&str]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_edgeprof-node-agent"));
-    c.env_clear().envs(env.iter().map(|(k, v)| (k, v))).args(args);
+    c.env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .args(args);
     c.output().expect("the agent binary runs")
 }
 
 #[test]
 fn example_environment_passes_check_config() {
     let out = agent(&env_file(), &["--check-config"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "configuration ok: machine lhr-m01 in lhr");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "configuration ok: machine lhr-m01 in lhr"
+    );
 }
 
 #[test]
 fn bad_settings_name_the_flag_and_limit() {
     let cases: &[(&str, &str, &str)] = &[
-        ("EDGEPROF_SAMPLING_INTERVAL_MS", "0", "--sampling-interval-ms 0: must be 1–100"),
-        ("EDGEPROF_ISOLATE_MEMORY_MIB", "0", "--isolate-memory-mib 0: must be 1–4096"),
-        ("EDGEPROF_AGENT_SECRET", "short", "--agent-secret: must be at least 8 characters"),
-        ("EDGEPROF_CONTROL_PLANE", "ftp://x", "--control-plane `ftp://x`: must be an http:// or https:// URL"),
+        (
+            "EDGEPROF_SAMPLING_INTERVAL_MS",
+            "0",
+            "--sampling-interval-ms 0: must be 1–100",
+        ),
+        (
+            "EDGEPROF_ISOLATE_MEMORY_MIB",
+            "0",
+            "--isolate-memory-mib 0: must be 1–4096",
+        ),
+        (
+            "EDGEPROF_AGENT_SECRET",
+            "short",
+            "--agent-secret: must be at least 8 characters",
+        ),
+        (
+            "EDGEPROF_CONTROL_PLANE",
+            "ftp://x",
+            "--control-plane `ftp://x`: must be an http:// or https:// URL",
+        ),
         ("EDGEPROF_DATA_CENTER", "l h r", "--data-center `l h r`"),
     ];
     for (key, value, expected) in cases {
@@ -50,6 +76,9 @@ fn bad_settings_name_the_flag_and_limit() {
         let out = agent(&env, &["--check-config"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{key}={value}: {stderr}");
-        assert!(stderr.contains(expected), "{key}={value}: expected `{expected}` in: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{key}={value}: expected `{expected}` in: {stderr}"
+        );
     }
 }

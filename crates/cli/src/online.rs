@@ -338,7 +338,17 @@ pub fn targets(conn: &Connection, args: &TargetsArgs, out: &mut impl Write) -> R
     if let Some(v) = &args.version {
         path.push_str(&format!("?version={v}"));
     }
-    let doc = client.get_json(&path, &format!("targets {}", args.script))?;
+    let mut doc = client.get_json(&path, &format!("targets {}", args.script))?;
+    // The memory view of the same versions (`…/memory`), under "memory".
+    let mut memory_path = format!("/scripts/{}/memory", args.script);
+    if let Some(v) = &args.version {
+        memory_path.push_str(&format!("?version={v}"));
+    }
+    let memory = client.get_json(&memory_path, &format!("memory {}", args.script))?;
+    let memory_of = memory_by_isolate(&memory);
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("memory".into(), memory.clone());
+    }
     if args.json {
         serde_json::to_writer(&mut *out, &doc)?;
         writeln!(out)?;
@@ -351,8 +361,8 @@ pub fn targets(conn: &Connection, args: &TargetsArgs, out: &mut impl Write) -> R
         .unwrap_or_default();
     writeln!(
         out,
-        "{:<6} {:<14} {:<38} {:<12} {:>8}  durable objects",
-        "dc", "machine", "isolate", "version", "req/min"
+        "{:<6} {:<14} {:<38} {:<12} {:>8} {:>10}  durable objects",
+        "dc", "machine", "isolate", "version", "req/min", "memory"
     )?;
     for t in &rows {
         let s = |k: &str| t[k].as_str().unwrap_or("").to_owned();
@@ -370,16 +380,26 @@ pub fn targets(conn: &Connection, args: &TargetsArgs, out: &mut impl Write) -> R
             })
             .unwrap_or_default();
         let version: String = s("version_id").chars().take(12).collect();
+        let mem = memory_of
+            .get(&(s("machine"), s("isolate")))
+            .copied()
+            .or_else(|| t["memory_bytes"].as_u64())
+            .map(mib)
+            .unwrap_or_else(|| "-".into());
         writeln!(
             out,
-            "{:<6} {:<14} {:<38} {:<12} {:>8.0}  {}",
+            "{:<6} {:<14} {:<38} {:<12} {:>8.0} {:>10}  {}",
             s("data_center"),
             s("machine"),
             s("isolate"),
             version,
             per_min,
+            mem,
             dos
         )?;
+    }
+    for line in memory_summary(&memory) {
+        writeln!(out, "{line}")?;
     }
     if rows.is_empty() {
         eprintln!(
@@ -388,6 +408,57 @@ pub fn targets(conn: &Connection, args: &TargetsArgs, out: &mut impl Write) -> R
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Memory in MiB with one decimal, e.g. `12.5 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// `(machine, isolate)` → memory in use, from a `…/memory` document.
+fn memory_by_isolate(memory: &Value) -> std::collections::HashMap<(String, String), u64> {
+    let mut m = std::collections::HashMap::new();
+    for v in memory["versions"].as_array().into_iter().flatten() {
+        for i in v["isolates"].as_array().into_iter().flatten() {
+            if let (Some(machine), Some(isolate), Some(bytes)) = (
+                i["machine"].as_str(),
+                i["isolate"].as_str(),
+                i["memory_bytes"].as_u64(),
+            ) {
+                m.insert((machine.to_owned(), isolate.to_owned()), bytes);
+            }
+        }
+    }
+    m
+}
+
+/// One line per version of a `…/memory` document: nearest-rank memory
+/// percentiles over the window and "Exceeded Memory" evictions.
+fn memory_summary(memory: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    for v in memory["versions"].as_array().into_iter().flatten() {
+        let version: String = v["version_id"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(12)
+            .collect();
+        let m = &v["memory_bytes"];
+        let p = |k: &str| m[k].as_u64().map(mib).unwrap_or_else(|| "-".into());
+        let e = &v["evictions"];
+        lines.push(format!(
+            "version {version}: memory p50 {} p99 {} p99.9 {} max {} ({} readings, last {} s); Exceeded Memory evictions {} (of {})",
+            p("p50"),
+            p("p99"),
+            p("p999"),
+            p("max"),
+            m["samples"].as_u64().unwrap_or(0),
+            v["window_s"].as_u64().unwrap_or(0),
+            e["exceeded_memory"].as_u64().unwrap_or(0),
+            e["total"].as_u64().unwrap_or(0),
+        ));
+    }
+    lines
 }
 
 /// Flags of `edgeprof deploy`.
@@ -490,4 +561,44 @@ pub fn sessions(conn: &Connection, args: &SessionsArgs, out: &mut impl Write) ->
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    fn doc() -> Value {
+        serde_json::json!({"script": "api", "versions": [
+            {"version_id": "01a236d7-aaa6-7317-b579-e297cd4062f8",
+             "isolates": [{"machine": "m1", "data_center": "lhr", "isolate": "i1",
+                           "memory_bytes": 3 << 20}],
+             "memory_bytes": {"p50": 1 << 20, "p99": 130 << 20, "p999": 140 << 20,
+                              "max": 141 << 20, "samples": 1000},
+             "evictions": {"exceeded_memory": 4, "total": 6}, "window_s": 300},
+            {"version_id": "01a236d7-aa84-75fd-ac9b-49b737d755b1", "isolates": [],
+             "memory_bytes": {"p50": null, "p99": null, "p999": null, "max": null,
+                              "samples": 0},
+             "evictions": {"exceeded_memory": 0, "total": 0}, "window_s": 60}
+        ]})
+    }
+
+    #[test]
+    fn summary_line_per_version() {
+        assert_eq!(
+            memory_summary(&doc()),
+            vec![
+                "version 01a236d7-aaa: memory p50 1.0 MiB p99 130.0 MiB p99.9 140.0 MiB max 141.0 MiB (1000 readings, last 300 s); Exceeded Memory evictions 4 (of 6)",
+                "version 01a236d7-aa8: memory p50 - p99 - p99.9 - max - (0 readings, last 60 s); Exceeded Memory evictions 0 (of 0)",
+            ]
+        );
+        assert!(memory_summary(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn memory_per_isolate() {
+        let m = memory_by_isolate(&doc());
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[&("m1".to_owned(), "i1".to_owned())], 3 << 20);
+        assert_eq!(mib(1536 * 1024), "1.5 MiB");
+    }
 }

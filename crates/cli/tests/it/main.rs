@@ -4,3 +4,4 @@
 mod errors;
 mod interop;
 mod support;
+mod targets;

@@ -124,6 +124,42 @@ fn fleet_capture_covers_every_serving_machine_and_no_other() {
         every_sample_labelled,
         "every sample carries data_center, machine and isolate"
     );
+    crate::assert_go_pprof_opens(&out_file);
+
+    // Operators' endpoints on an agent: Prometheus text and a native profile.
+    let (_, machine) = cluster.machines().next().unwrap();
+    let client = reqwest::blocking::Client::new();
+    let metrics = client
+        .get(format!("{}/metrics", machine.http))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let ok_requests: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("edgeprof_agent_requests_total{outcome=\"ok\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no request counter in /metrics:\n{metrics}"));
+    assert!(ok_requests > 0, "the agent counted the requests it served");
+    assert!(
+        metrics.contains("edgeprof_agent_request_duration_seconds_bucket"),
+        "{metrics}"
+    );
+    let native = client
+        .get(format!("{}/debug/pprof/profile?seconds=1", machine.http))
+        .send()
+        .unwrap();
+    assert!(
+        native.status().is_success(),
+        "native profile: {}",
+        native.status()
+    );
+    let native =
+        edgeprof_pprof::decode(&native.bytes().unwrap()).expect("the agent's own profile decodes");
+    assert_eq!(
+        edgeprof_pprof::sample_types(&native),
+        [("samples", "count"), ("cpu", "nanoseconds")]
+    );
 }
 
 #[test]

@@ -43,3 +43,28 @@ pub fn worker(name: &str) -> Option<PathBuf> {
 pub fn state_dir(test: &str) -> PathBuf {
     root().join("target/e2e-state").join(test)
 }
+
+/// `go tool pprof -top FILE` succeeds (the reference reader opens our file).
+/// Without `go` the check is skipped with a printed reason, except under CI.
+pub fn assert_go_pprof_opens(file: &std::path::Path) {
+    let out = match std::process::Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(file)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipping the go tool pprof check: cannot run go: {e}");
+            return;
+        }
+        Err(e) => panic!("cannot run go tool pprof: {e}"),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("flat%"),
+        "go tool pprof -top {}: {}{}",
+        file.display(),
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -7,6 +7,7 @@
 //! them, the tests fail under `CI` and skip with a printed reason elsewhere.
 
 mod capture;
+mod cases;
 
 use std::path::PathBuf;
 

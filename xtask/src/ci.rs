@@ -14,6 +14,7 @@ pub fn setup() -> Result<(), String> {
     sh(Command::new("rustup").args(["component", "add", "rustfmt", "clippy"]))?;
     sh(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
     ensure_apt("go", &["golang-go"])?;
+    ensure_apt("chromium", &["chromium"])?;
     Ok(())
 }
 
@@ -35,6 +36,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // The end-to-end tests drive the real binaries and the example workers.
     crate::workers::run_task(&[])?;
     sh(cargo().args(["build", "--workspace", "--bins"]))?;
+    // The dashboard test loads the page the control plane serves from target/dist.
+    crate::dist::run(&[])?;
     sh(cargo()
         .args(["test", "--workspace", "--all-targets"])
         .env("EDGEPROF_SLOW_TESTS", "1"))?;

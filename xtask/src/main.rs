@@ -12,6 +12,7 @@
 mod bench;
 mod ci;
 mod cluster;
+mod dist;
 mod util;
 mod workers;
 
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "cluster" => cluster::run_cluster(rest),
         "codegen" => ci::codegen(),
+        "dist" => dist::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -51,4 +53,5 @@ tasks:
   build-workers  build e2e/workers for wasm32 into target/workers/
   cluster    a local edge (control plane + agents + workers + traffic) with the dashboard
   ci         run the whole test suite (installs what it needs)
-  codegen    regenerate crates/proto/src/gen from proto/";
+  codegen    regenerate crates/proto/src/gen from proto/
+  dist       build the browser dashboard (wasm + assets) into target/dist/";

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod capture;
+pub mod dashboard;
 pub mod fleet;
 pub mod metrics;
 pub mod store;
@@ -57,6 +58,8 @@ pub struct Config {
     pub max_wasm_bytes: usize,
     /// Create this account and token at start.
     pub dev: Option<DevAccount>,
+    /// Directory the dashboard (`/`, `/assets/…`) is served from.
+    pub dashboard_dir: std::path::PathBuf,
 }
 
 impl Config {
@@ -72,6 +75,7 @@ impl Config {
             max_captures_per_script: 2,
             max_wasm_bytes: 64 << 20,
             dev: None,
+            dashboard_dir: dashboard::default_dir(),
         }
     }
 
@@ -192,7 +196,7 @@ impl ControlPlane {
             .with_context(|| format!("binding the gRPC listener on {}", config.grpc_listen))?;
         let grpc_addr = grpc.local_addr()?;
 
-        let router = api::app(state);
+        let router = api::app(state).merge(dashboard::routes(config.dashboard_dir.clone()));
         let http_task = tokio::spawn(async move {
             if let Err(e) = axum::serve(http, router).await {
                 tracing::error!("REST server: {e}");

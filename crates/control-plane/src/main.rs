@@ -82,6 +82,10 @@ struct Args {
         global = true
     )]
     dev_token: Option<String>,
+    /// Directory the browser dashboard is served from (default: the
+    /// `target/dist` that `cargo xtask dist` writes).
+    #[arg(long, env = "EDGEPROF_DASHBOARD_DIR", global = true)]
+    dashboard_dir: Option<std::path::PathBuf>,
     /// Validate the configuration (and reach the database), then exit.
     #[arg(long)]
     check_config: bool,
@@ -129,6 +133,9 @@ fn config(args: &Args) -> Result<Config> {
         account: "dev".into(),
         token: args.dev_token.clone(),
     });
+    if let Some(dir) = &args.dashboard_dir {
+        c.dashboard_dir = dir.clone();
+    }
     c.validate()?;
     Ok(c)
 }

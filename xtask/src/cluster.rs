@@ -11,6 +11,8 @@ use crate::util::{cargo, root, run};
 pub fn run_cluster(args: &[String]) -> Result<(), String> {
     eprintln!("xtask cluster: building the example workers…");
     crate::workers::run_task(&[])?;
+    eprintln!("xtask cluster: building the dashboard (wasm + assets into target/dist)…");
+    crate::dist::run(&[])?;
     eprintln!(
         "xtask cluster: building the control plane, node agent, CLI and cluster runner (release)…"
     );

@@ -310,8 +310,10 @@ type LiveSnapshot = (FxHashMap<u32, (f64, f64)>, FxHashMap<u32, Stack>);
 pub const MAX_INTERVAL: Duration = Duration::from_millis(1000);
 
 impl ProfilerHandle {
-    /// Starts a capture; samples are taken every `interval` (rounded to the
-    /// engine's tick) of a request's run time.
+    /// Starts a capture. CPU: a sample every `interval` (a whole number of
+    /// the engine's ticks) while a request runs. Heap: the guest decides
+    /// when to sample (every 512 KiB on average); `interval` is only
+    /// validated.
     pub fn start(&self, kind: ProfileKind, interval: Duration) -> Result<(), ProfilerError> {
         if interval < self.tick || interval > MAX_INTERVAL {
             return Err(ProfilerError::IntervalOutOfRange {

@@ -234,3 +234,31 @@ fn leb(out: &mut Vec<u8>, mut v: u32) {
         out.push(b | 0x80);
     }
 }
+
+#[test]
+fn the_example_wat_worker_splits_75_25_between_hot_and_cold() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../e2e/workers/wat/spin.wat"
+    );
+    let rt = runtime();
+    let m = rt
+        .load_module("spin.wat", &std::fs::read(path).unwrap())
+        .unwrap();
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for _ in 0..150 {
+        assert_eq!(iso.handle(&Request::get("/")).unwrap().status, 200);
+    }
+    let cap = prof.stop().unwrap();
+    let rows = top(&cap.profile, "cpu");
+    let cum = |f: &str| rows.iter().find(|r| r.0 == f).map(|r| r.2).unwrap_or(0) as f64;
+    let share = 100.0 * cum("hot") / (cum("hot") + cum("cold"));
+    assert!(
+        (share - 75.0).abs() <= 5.0,
+        "hot share {share:.1}% ({} samples, rows {rows:?})",
+        cap.samples
+    );
+}

@@ -101,6 +101,8 @@ pub(crate) struct HostState {
     prof: Arc<ProfilerShared>,
     seen_generation: u64,
     last_cpu: u64,
+    /// CPU used since the last sample by earlier calls (see `enter_wasm`).
+    carry_cpu: u64,
     host_call: Option<HostCall>,
     max_frames: usize,
     poll_ticks: u64,
@@ -253,6 +255,7 @@ impl Isolate {
             prof: prof.clone(),
             seen_generation: 0,
             last_cpu: 0,
+            carry_cpu: 0,
             host_call: None,
             max_frames: cfg.max_frames,
             poll_ticks: cfg.poll_ticks,
@@ -326,11 +329,13 @@ impl Isolate {
         }
         self.requests += 1;
         let bytes = request.encode();
-        self.begin_request();
+        self.enter_wasm(true);
         let len = i32::try_from(bytes.len()).map_err(|_| {
             IsolateError::BadResponse(format!("request of {} bytes exceeds 2 GiB", bytes.len()))
         })?;
-        let ptr = match self.alloc.call(&mut self.store, len) {
+        let ptr = self.alloc.call(&mut self.store, len);
+        self.leave_wasm();
+        let ptr = match ptr {
             Ok(p) => p,
             Err(e) => return Err(self.fail(e)),
         };
@@ -341,8 +346,10 @@ impl Isolate {
                     "edgeprof_alloc({len}) returned {ptr:#x}, outside linear memory"
                 ))
             })?;
-        self.begin_request();
-        let packed = match self.handler.call(&mut self.store, (ptr, len)) {
+        self.enter_wasm(false);
+        let packed = self.handler.call(&mut self.store, (ptr, len));
+        self.leave_wasm();
+        let packed = match packed {
             Ok(p) => p as u64,
             Err(e) => return Err(self.fail(e)),
         };
@@ -357,18 +364,46 @@ impl Isolate {
         Response::decode(body).map_err(|e| IsolateError::BadResponse(e.to_string()))
     }
 
-    fn begin_request(&mut self) {
+    /// Before a call into wasm. Samples are due every `interval` of the
+    /// isolate's own CPU time, across requests: the CPU a call used after its
+    /// last sample is carried into the next call (and its deadline shortened
+    /// to match), so requests shorter than the interval are sampled as often
+    /// as their CPU share says, not never.
+    fn enter_wasm(&mut self, new_request: bool) {
+        let now = thread_cpu_nanos();
+        let tick_ns = self.runtime.inner.config.tick.as_nanos() as u64;
+        let st = self.store.data_mut();
+        if new_request {
+            st.request_cpu_start = now;
+        }
+        let (state, generation, ticks) = st.prof.snapshot();
+        let deadline = if state != STATE_CPU {
+            st.poll_ticks
+        } else if st.seen_generation == generation {
+            st.last_cpu = now.saturating_sub(st.carry_cpu);
+            let remaining = (ticks * tick_ns).saturating_sub(st.carry_cpu);
+            remaining.div_ceil(tick_ns).max(1)
+        } else {
+            st.seen_generation = generation;
+            st.last_cpu = now;
+            ticks
+        };
+        st.carry_cpu = 0;
+        if self.runtime.inner.config.epoch_interruption {
+            self.store.set_epoch_deadline(deadline);
+        }
+    }
+
+    /// After a call into wasm: keep the CPU not yet sampled for the next call.
+    fn leave_wasm(&mut self) {
         let now = thread_cpu_nanos();
         let st = self.store.data_mut();
-        st.request_cpu_start = now;
-        st.last_cpu = now;
-        let (state, generation, ticks) = st.prof.snapshot();
-        st.seen_generation = generation;
-        let poll = st.poll_ticks;
-        if self.runtime.inner.config.epoch_interruption {
-            self.store
-                .set_epoch_deadline(if state == STATE_CPU { ticks } else { poll });
-        }
+        let (state, generation, _) = st.prof.snapshot();
+        st.carry_cpu = if state == STATE_CPU && st.seen_generation == generation {
+            now.saturating_sub(st.last_cpu)
+        } else {
+            0
+        };
     }
 
     fn fail(&mut self, e: wasmtime::Error) -> IsolateError {

@@ -74,7 +74,7 @@ async fn asset(State(dir): State<PathBuf>, UrlPath(file): UrlPath<String>) -> Re
         Some("svg") => "image/svg+xml",
         _ => "application/octet-stream",
     };
-    match tokio::fs::read(dir.join(&file)).await {
+    match tokio::fs::read(dir.join("assets").join(&file)).await {
         Ok(bytes) => (
             [
                 (header::CONTENT_TYPE, content_type),

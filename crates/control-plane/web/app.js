@@ -1,7 +1,8 @@
 // The edgeprof dashboard: talks to the control plane's REST API (DESIGN.md
 // §5) and draws the viewer model computed by the wasm (edgeprof-viewer-web).
-// The canvas carries `data-frames` (the drawn frames' names, row by row) and
-// `data-focus` so tests and tools can read what is shown.
+// The canvas carries `data-frames` (the drawn frames' names, row by row),
+// `data-blocks` (their rectangles) and `data-focus`, so tests and tools can
+// read what is shown.
 import init, { WebView } from "/assets/viewer.js";
 
 const $ = (id) => document.getElementById(id);
@@ -204,6 +205,7 @@ function redraw() {
     }
   }
   canvas.dataset.frames = JSON.stringify(blocks.filter((b) => !b.folded).map((b) => b.name));
+  canvas.dataset.blocks = JSON.stringify(blocks.map(({ name, x, width, depth }) => ({ name, x, width, depth })));
   const crumbs = JSON.parse(view.breadcrumbs());
   canvas.dataset.focus = crumbs[crumbs.length - 1].name;
   const nav = $("breadcrumbs");
@@ -278,9 +280,13 @@ function tab(table) {
 
 async function openFile(file) {
   if (!file) return;
-  const bytes = new Uint8Array(await file.arrayBuffer());
-  $("download").hidden = true;
-  showProfile(bytes, file.name);
+  try {
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    $("download").hidden = true;
+    showProfile(bytes, file.name);
+  } catch (e) {
+    showError(`Cannot read ${file.name}: ${e}`);
+  }
 }
 
 async function main() {

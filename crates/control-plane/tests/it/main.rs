@@ -3,6 +3,7 @@
 
 mod api;
 mod capture;
+mod dashboard;
 mod memory;
 mod process;
 mod storage;

@@ -96,3 +96,43 @@ fn escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    async fn get(dir: &Path, uri: &str) -> (StatusCode, String, String) {
+        let resp = routes(dir.to_path_buf())
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let ct = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, ct, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn unbuilt_dashboard_says_to_run_dist_and_assets_are_confined() {
+        let dir = tempfile::tempdir().unwrap();
+        let (status, _, body) = get(dir.path(), "/").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("cargo xtask dist"), "{body}");
+
+        std::fs::create_dir(dir.path().join("assets")).unwrap();
+        std::fs::write(dir.path().join("assets/viewer_bg.wasm"), b"\0asm").unwrap();
+        std::fs::write(dir.path().join("secret"), b"no").unwrap();
+        let (status, ct, _) = get(dir.path(), "/assets/viewer_bg.wasm").await;
+        assert_eq!((status, ct.as_str()), (StatusCode::OK, "application/wasm"));
+        let (status, _, _) = get(dir.path(), "/assets/..%2Fsecret").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+}

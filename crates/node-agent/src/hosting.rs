@@ -166,7 +166,8 @@ pub struct Hosting {
     machine_id: String,
     next_id: AtomicU64,
     pools: Mutex<HashMap<String, Pool>>,
-    durable_objects: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Objects placed here: the version they run and their current isolate.
+    durable_objects: Mutex<HashMap<String, (VersionRef, Arc<Slot>)>>,
     metrics: Arc<Metrics>,
 }
 
@@ -234,36 +235,49 @@ impl Hosting {
         }
     }
 
-    /// The isolate of Durable Object `key` (`namespace:id`), created here on
-    /// first use (and again if its isolate was evicted).
-    pub fn durable_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
+    /// Places Durable Object `key` (`namespace:id`) here, running `version`,
+    /// and returns its isolate (the existing one if it is already here).
+    pub fn place_durable_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
         let mut dos = self
             .durable_objects
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = dos.get(key).filter(|s| s.is_live()) {
-            return Ok(s.clone());
+        if let Some((_, slot)) = dos.get(key).filter(|(_, s)| s.is_live()) {
+            return Ok(slot.clone());
         }
-        let evictions = {
-            let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-            pools
-                .entry(version.version_id.clone())
-                .or_default()
-                .evictions
-                .clone()
-        };
-        let slot = self.spawn(version, Some(key.to_owned()), evictions)?;
-        dos.insert(key.to_owned(), slot.clone());
+        let slot = self.spawn_object(key, version)?;
+        dos.insert(key.to_owned(), (version.clone(), slot.clone()));
         Ok(slot)
     }
 
-    /// Whether Durable Object `key` lives here now.
-    pub fn has_durable_object(&self, key: &str) -> bool {
-        self.durable_objects
+    /// The isolate of Durable Object `key` if it is placed here — recreated
+    /// on the version it was placed with when its isolate was evicted —
+    /// or `None` if it is not placed here.
+    pub fn durable_object(&self, key: &str) -> Option<Result<Arc<Slot>>> {
+        let mut dos = self
+            .durable_objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let (version, slot) = dos.get_mut(key)?;
+        if !slot.is_live() {
+            match self.spawn_object(key, version) {
+                Ok(fresh) => *slot = fresh,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        Some(Ok(slot.clone()))
+    }
+
+    fn spawn_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
+        let evictions = self
+            .pools
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .is_some_and(|s| s.is_live())
+            .entry(version.version_id.clone())
+            .or_default()
+            .evictions
+            .clone();
+        self.spawn(version, Some(key.to_owned()), evictions)
     }
 
     /// Every live isolate.
@@ -282,8 +296,8 @@ impl Hosting {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .values()
-                .filter(|s| s.is_live())
-                .cloned(),
+                .filter(|(_, s)| s.is_live())
+                .map(|(_, s)| s.clone()),
         );
         out
     }

@@ -20,7 +20,7 @@ use axum::routing::{any, get};
 use edgeprof_sampler::Request as WorkerRequest;
 use rand::Rng;
 
-use crate::hosting::{Hosting, ServeError, VersionRef};
+use crate::hosting::{Hosting, ServeError, Slot, VersionRef};
 use crate::metrics::Metrics;
 use crate::registry::{DeployedScript, Registry};
 
@@ -208,9 +208,14 @@ async fn script(
         Err(r) => return r,
     };
     let request = worker_request(&method, &uri, &headers, body, 1);
-    // An isolate evicted while the request was queued: retry once on a fresh one.
+    serve(request, || s.hosting.pick(&version)).await
+}
+
+/// Sends `request` to the isolate `pick` names; an isolate evicted while the
+/// request was queued is retried once on the isolate `pick` names next.
+async fn serve(request: WorkerRequest, pick: impl Fn() -> anyhow::Result<Arc<Slot>>) -> Response {
     for _ in 0..2 {
-        let slot = match s.hosting.pick(&version) {
+        let slot = match pick() {
             Ok(slot) => slot,
             Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
         };
@@ -259,7 +264,7 @@ async fn durable_object(
     let key = format!("{namespace}:{id}");
     let forwarded = headers.contains_key(FORWARDED);
 
-    if !s.hosting.has_durable_object(&key) {
+    if s.hosting.durable_object(&key).is_none() {
         let remote = s
             .remote_objects
             .lock()
@@ -267,131 +272,87 @@ async fn durable_object(
             .get(&key)
             .cloned();
         let owner_http = match remote {
-            Some(url) => Some(url),
-            None => {
-                let script = match s.registry.script(&namespace).await {
-                    Ok(Some(d)) => d,
-                    Ok(None) => {
-                        return error(
-                            StatusCode::NOT_FOUND,
-                            format!(
-                                "durable object namespace `{namespace}` has no deployed script"
-                            ),
-                        );
-                    }
-                    Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
-                };
-                let placed = match s
-                    .registry
-                    .place_durable_object(&script.account, &namespace, &namespace, &id)
-                    .await
-                {
-                    Ok(p) => p,
-                    Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
-                };
-                let owner = placed.owner.unwrap_or_default();
-                if owner.id == s.registry.machine.id {
-                    let sha = script
-                        .versions
-                        .iter()
-                        .find(|v| v.version_id == placed.version_id)
-                        .map(|v| v.wasm_sha256.clone())
-                        .unwrap_or_default();
-                    let version = match s
-                        .registry
-                        .version(
-                            &s.hosting,
-                            &namespace,
-                            &script.account,
-                            &placed.version_id,
-                            &sha,
-                        )
-                        .await
-                    {
-                        Ok(v) => v,
-                        Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
-                    };
-                    if let Err(e) = s.hosting.durable_object(&key, &version) {
-                        return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
-                    }
-                    None
-                } else {
-                    s.remote_objects
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(key.clone(), owner.http_address.clone());
-                    Some(owner.http_address)
-                }
-            }
+            Some(url) => url,
+            None => match place(&s, &namespace, &id, &key).await {
+                Ok(None) => String::new(),
+                Ok(Some(url)) => url,
+                Err(r) => return r,
+            },
         };
-        if let Some(base) = owner_http {
+        if !owner_http.is_empty() {
             if forwarded {
                 return error(
                     StatusCode::LOOP_DETECTED,
-                    format!("durable object {key} forwarded here but it lives at {base}"),
+                    format!("durable object {key} forwarded here but it lives at {owner_http}"),
                 );
             }
-            return forward(&s, &base, &method, &uri, &headers, body).await;
+            return forward(&s, &owner_http, &method, &uri, &headers, body).await;
         }
     }
-
     let request = worker_request(&method, &uri, &headers, body, 3);
-    for _ in 0..2 {
-        let slot = {
-            // Re-resolve: the object's isolate may have been evicted and recreated.
-            let version = match s.registry.script(&namespace).await {
-                Ok(Some(d)) => {
-                    let existing = s
-                        .hosting
-                        .slots()
-                        .into_iter()
-                        .find(|sl| sl.durable_object.as_deref() == Some(key.as_str()));
-                    match existing {
-                        Some(sl) => {
-                            let sha = d
-                                .versions
-                                .iter()
-                                .find(|v| v.version_id == sl.version_id)
-                                .map(|v| v.wasm_sha256.clone())
-                                .unwrap_or_default();
-                            match s
-                                .registry
-                                .version(&s.hosting, &namespace, &d.account, &sl.version_id, &sha)
-                                .await
-                            {
-                                Ok(v) => v,
-                                Err(e) => return error(StatusCode::BAD_GATEWAY, format!("{e:#}")),
-                            }
-                        }
-                        None => match version_of(&s, &namespace).await {
-                            Ok((v, _)) => v,
-                            Err(r) => return r,
-                        },
-                    }
-                }
-                Ok(None) => {
-                    return error(
-                        StatusCode::NOT_FOUND,
-                        format!("durable object namespace `{namespace}` has no deployed script"),
-                    );
-                }
-                Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
-            };
-            match s.hosting.durable_object(&key, &version) {
-                Ok(slot) => slot,
-                Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
-            }
-        };
-        match slot.serve(request.clone()).await {
-            Ok(r) => return worker_response(r),
-            Err(ServeError::Worker(msg)) => return error(StatusCode::INTERNAL_SERVER_ERROR, msg),
-            Err(ServeError::Gone) => continue,
+    serve(request, || {
+        s.hosting.durable_object(&key).unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "durable object {key} is no longer placed here"
+            ))
+        })
+    })
+    .await
+}
+
+/// Asks the control plane where object `key` lives. Placed here: starts its
+/// isolate on the placed version and returns `None`; elsewhere: remembers
+/// and returns the owner's HTTP base URL.
+async fn place(
+    s: &Ingress,
+    namespace: &str,
+    id: &str,
+    key: &str,
+) -> Result<Option<String>, Response> {
+    let script = match s.registry.script(namespace).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                format!("durable object namespace `{namespace}` has no deployed script"),
+            ));
         }
+        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
+    };
+    let placed = s
+        .registry
+        .place_durable_object(&script.account, namespace, namespace, id)
+        .await
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    let owner = placed.owner.unwrap_or_default();
+    if owner.id != s.registry.machine.id {
+        s.remote_objects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_owned(), owner.http_address.clone());
+        return Ok(Some(owner.http_address));
     }
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "durable object isolate unavailable; try again",
-    )
+    let sha = script
+        .versions
+        .iter()
+        .find(|v| v.version_id == placed.version_id)
+        .map(|v| v.wasm_sha256.as_str())
+        .unwrap_or_default();
+    let version = s
+        .registry
+        .version(
+            &s.hosting,
+            namespace,
+            &script.account,
+            &placed.version_id,
+            sha,
+        )
+        .await
+        .map_err(|e| error(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
+    s.hosting
+        .place_durable_object(key, &version)
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    Ok(None)
 }
 
 async fn forward(

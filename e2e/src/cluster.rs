@@ -131,12 +131,16 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_for_file(path: &Path, proc: &mut Proc, timeout: Duration) -> Result<Value> {
+/// Polls `ready` until it yields a value; fails with the log's tail when
+/// the process exits first or `timeout` passes.
+fn wait_until<T>(
+    proc: &mut Proc,
+    timeout: Duration,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Result<T> {
     let start = Instant::now();
     loop {
-        if let Ok(text) = fs::read_to_string(path)
-            && let Ok(v) = serde_json::from_str::<Value>(&text)
-        {
+        if let Some(v) = ready() {
             return Ok(v);
         }
         if let Some(status) = proc.child.try_wait()? {
@@ -155,6 +159,13 @@ fn wait_for_file(path: &Path, proc: &mut Proc, timeout: Duration) -> Result<Valu
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Waits for a process's ready file (JSON) to appear.
+fn wait_for_file(path: &Path, proc: &mut Proc, timeout: Duration) -> Result<Value> {
+    wait_until(proc, timeout, || {
+        serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
+    })
 }
 
 /// The last `n` lines of a log file.
@@ -306,29 +317,15 @@ impl Cluster {
     }
 
     fn wait_healthy(&self, proc: &mut Proc, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/healthz", self.url)).send()
-                && r.status().is_success()
-            {
-                return Ok(());
-            }
-            if let Some(status) = proc.child.try_wait()? {
-                bail!(
-                    "{} exited with {status} before it was ready; last log lines:\n{}",
-                    proc.name,
-                    tail(&proc.log, 20)
-                );
-            }
-            if start.elapsed() > timeout {
-                bail!(
-                    "{} not healthy after {timeout:?}; last log lines:\n{}",
-                    proc.name,
-                    tail(&proc.log, 20)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let url = format!("{}/healthz", self.url);
+        wait_until(proc, timeout, || {
+            self.http
+                .get(&url)
+                .send()
+                .ok()
+                .filter(|r| r.status().is_success())
+                .map(|_| ())
+        })
     }
 
     fn wait_registered(&self, timeout: Duration) -> Result<()> {

@@ -24,7 +24,7 @@ fn start(test: &str, dcs: usize, per_dc: usize) -> Cluster {
     let mut o = ClusterOptions::new(state_dir(test));
     o.data_centers = dcs;
     o.machines_per_dc = per_dc;
-    o.heartbeat = Duration::from_millis(500);
+    o.heartbeat = Duration::from_millis(1000);
     Cluster::start(o).expect("the cluster starts")
 }
 

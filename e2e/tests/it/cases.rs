@@ -88,7 +88,7 @@ fn buggy_and_fixed(
     let mut o = ClusterOptions::new(state_dir(test));
     o.data_centers = 1;
     o.machines_per_dc = 2;
-    o.heartbeat = Duration::from_millis(500);
+    o.heartbeat = Duration::from_millis(1000);
     let cluster = Cluster::start(o).unwrap();
     let v1 = cluster.deploy(script, &buggy, 100).unwrap();
     let v2 = cluster.deploy(script, &fixed, 50).unwrap();

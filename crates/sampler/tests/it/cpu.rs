@@ -126,11 +126,19 @@ fn stacks_past_the_frame_limit_are_marked_truncated() {
         iso.handle(&Request::get("/")).unwrap();
     }
     let cap = prof.stop().unwrap();
-    assert!(cap.truncated > 0 && cap.truncated == cap.samples, "{cap:?}");
+    assert!(cap.truncated > 0, "{cap:?}");
+    // Every stack inside the 150-deep recursion is cut and marked; a sample
+    // that lands in the host's call of `edgeprof_alloc` (placing the
+    // request, 1 frame deep) is rightly whole.
     let roots: Vec<String> = cap
         .profile
         .sample
         .iter()
+        .filter(|s| {
+            edgeprof_pprof::stack_frames(&cap.profile, s)
+                .iter()
+                .any(|f| f.function == "recurse")
+        })
         .map(|s| {
             edgeprof_pprof::stack_frames(&cap.profile, s)
                 .last()
@@ -138,7 +146,10 @@ fn stacks_past_the_frame_limit_are_marked_truncated() {
                 .unwrap_or_default()
         })
         .collect();
-    assert!(roots.iter().all(|r| r == "[truncated]"), "{roots:?}");
+    assert!(
+        !roots.is_empty() && roots.iter().all(|r| r == "[truncated]"),
+        "{roots:?}"
+    );
 }
 
 #[test]

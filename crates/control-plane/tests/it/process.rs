@@ -278,3 +278,81 @@ async fn token_create_and_check_config() {
     assert_eq!(code, Some(1));
     assert!(err.contains("--account: `bad name!` must be"), "{err}");
 }
+
+/// `deploy/control-plane/control-plane.env.example` as `KEY=VALUE` pairs.
+fn example_env() -> Vec<(String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/control-plane/control-plane.env.example");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (k, v) = l
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{}: `{l}` is not KEY=VALUE", path.display()));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// Runs `--check-config` with exactly `env` (nothing inherited).
+fn check_config_with(env: &[(String, String)]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .arg("--check-config")
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn example_environment_passes_check_config() {
+    let env = example_env();
+    let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    for key in [
+        "EDGEPROF_DATABASE",
+        "EDGEPROF_HTTP_LISTEN",
+        "EDGEPROF_GRPC_LISTEN",
+        "EDGEPROF_AGENT_SECRET",
+    ] {
+        assert!(keys.contains(&key), "the example sets {key}: {keys:?}");
+    }
+    // The example's database host is the operator's; every other setting is
+    // checked as written, against the test PostgreSQL and an SQLite file.
+    let with_database = |url: &str| -> Vec<(String, String)> {
+        env.iter()
+            .map(|(k, v)| {
+                let v = if k == "EDGEPROF_DATABASE" { url } else { v };
+                (k.clone(), v.to_owned())
+            })
+            .collect()
+    };
+    let (_dir, sqlite) = support::sqlite();
+    let mut databases = vec![sqlite];
+    let postgres = support::postgres().await;
+    databases.extend(postgres.clone());
+    for db in &databases {
+        let (code, err) = check_config_with(&with_database(db));
+        assert_eq!(code, Some(0), "{db}: {err}");
+        assert!(err.contains("configuration OK"), "{db}: {err}");
+    }
+    if let Some(url) = postgres {
+        support::drop_postgres_schema(&url).await;
+    }
+
+    // One bad value in an otherwise good file: the error names the setting.
+    let mut bad = with_database(&databases[0]);
+    for (k, v) in bad.iter_mut() {
+        if k == "EDGEPROF_HEARTBEAT_INTERVAL_MS" {
+            *v = "1".into();
+        }
+    }
+    let (code, err) = check_config_with(&bad);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("heartbeat interval: must be 50 ms"), "{err}");
+}

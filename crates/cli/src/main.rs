@@ -37,6 +37,10 @@ enum Command {
     Targets(online::TargetsArgs),
     /// Upload a new version of a script.
     Deploy(online::DeployArgs),
+    /// A script's versions and their share of traffic.
+    Versions(online::VersionsArgs),
+    /// Set which versions of a script serve traffic, with weights.
+    Rollout(online::RolloutArgs),
     /// Past and running capture sessions.
     Sessions(online::SessionsArgs),
     /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
@@ -78,6 +82,8 @@ fn main() -> ExitCode {
         Command::Profile(args) => online::profile(&cli.connection, &args, &mut out),
         Command::Targets(args) => online::targets(&cli.connection, &args, &mut out),
         Command::Deploy(args) => online::deploy(&cli.connection, &args, &mut out),
+        Command::Versions(args) => online::versions(&cli.connection, &args, &mut out),
+        Command::Rollout(args) => online::rollout(&cli.connection, &args, &mut out),
         Command::Sessions(args) => online::sessions(&cli.connection, &args, &mut out),
         Command::Top(args) => offline::top(&args, &mut out),
         Command::View {

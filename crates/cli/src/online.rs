@@ -563,6 +563,104 @@ pub fn sessions(conn: &Connection, args: &SessionsArgs, out: &mut impl Write) ->
     Ok(ExitCode::SUCCESS)
 }
 
+/// Flags of `edgeprof versions`.
+#[derive(Debug, clap::Args)]
+pub struct VersionsArgs {
+    /// Script whose versions to list.
+    pub script: String,
+    /// Print the control plane's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn versions(conn: &Connection, args: &VersionsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    print_versions(&client, &args.script, args.json, out)
+}
+
+/// Flags of `edgeprof rollout`.
+#[derive(Debug, clap::Args)]
+pub struct RolloutArgs {
+    /// Script whose traffic split to set.
+    pub script: String,
+    /// `VERSION=WEIGHT` for every version that serves traffic (VERSION:
+    /// `latest`, an id, or a unique prefix); versions left out get none.
+    #[arg(required = true, value_name = "VERSION=WEIGHT", value_parser = parse_split)]
+    pub split: Vec<(String, u32)>,
+    /// Print the control plane's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_split(s: &str) -> Result<(String, u32), String> {
+    let (version, weight) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected VERSION=WEIGHT, e.g. 01a2b3c4=90"))?;
+    let weight = weight
+        .parse()
+        .map_err(|_| format!("`{s}`: weight `{weight}` is not a whole number from 0 to 100"))?;
+    Ok((version.to_owned(), weight))
+}
+
+pub fn rollout(conn: &Connection, args: &RolloutArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let client = Client::new(conn)?;
+    let versions: Vec<Value> = args
+        .split
+        .iter()
+        .map(|(v, w)| json!({"version_id": v, "weight": w}))
+        .collect();
+    client.send(
+        client
+            .http
+            .put(client.url(&format!("/scripts/{}/deployment", args.script)))
+            .json(&json!({ "versions": versions })),
+        &format!("rollout {}", args.script),
+    )?;
+    print_versions(&client, &args.script, args.json, out)
+}
+
+/// A script's versions as JSON or as a table with each version's share.
+fn print_versions(
+    client: &Client,
+    script: &str,
+    as_json: bool,
+    out: &mut impl Write,
+) -> Result<ExitCode> {
+    let doc = client.get_json(
+        &format!("/scripts/{script}/versions"),
+        &format!("versions of {script}"),
+    )?;
+    if as_json {
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows = doc["versions"].as_array().cloned().unwrap_or_default();
+    let total: u64 = rows.iter().filter_map(|v| v["weight"].as_u64()).sum();
+    writeln!(
+        out,
+        "{:<38} {:>6} {:>6}  {:>10}",
+        "version", "weight", "share", "bytes"
+    )?;
+    for v in &rows {
+        let weight = v["weight"].as_u64().unwrap_or(0);
+        let share = if total == 0 {
+            0.0
+        } else {
+            100.0 * weight as f64 / total as f64
+        };
+        writeln!(
+            out,
+            "{:<38} {:>6} {:>5.1}%  {:>10}",
+            v["id"].as_str().unwrap_or(""),
+            weight,
+            share,
+            v["wasm_bytes"].as_u64().unwrap_or(0)
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod memory_tests {
     use super::*;

@@ -9,7 +9,8 @@
 //!   traffic, with `weight` N in 0–100 it takes N % and the versions already
 //!   deployed share the rest in proportion); `GET|PUT
 //!   /scripts/{script}/deployment` (`{"versions": [{"version_id",
-//!   "weight"}]}`); `GET /scripts/{script}/targets[?version=SEL]`.
+//!   "weight"}]}`; on PUT each `version_id` may be any version selector,
+//!   stored resolved); `GET /scripts/{script}/targets[?version=SEL]`.
 //! - `GET /scripts/{script}/memory[?version=SEL][&window_s=N]`: per version,
 //!   its isolates' memory now, nearest-rank p50/p99/p99.9/max of the
 //!   heartbeat readings in the last N s (1–300, default 300) and the
@@ -93,6 +94,17 @@ impl ApiError {
     /// 404 with a code.
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// The same error, about `field` of a request body (a leading
+    /// `version: ` of the selector's own message is replaced by it).
+    fn in_field(mut self, field: &str) -> Self {
+        let rest = self
+            .message
+            .strip_prefix("version: ")
+            .unwrap_or(&self.message);
+        self.message = format!("{field}: {rest}");
+        self
     }
 }
 
@@ -640,22 +652,20 @@ async fn put_deployment(
             format!("body: expected {{\"versions\": [{{\"version_id\", \"weight\"}}]}}: {e}"),
         )
     })?;
-    let known = state.store.versions(&account, &script).await?;
-    let mut seen = std::collections::HashSet::new();
+    // Each entry names its version as any selector does (`latest`, an id,
+    // a unique prefix); what is stored is the resolved id.
+    let mut resolved = Vec::with_capacity(body.versions.len());
     for (i, e) in body.versions.iter().enumerate() {
-        if !known.iter().any(|v| v.id == e.version_id) {
-            return Err(ApiError::not_found(
-                "unknown_version",
-                format!(
-                    "versions[{i}].version_id: `{}` is not a version of `{script}`",
-                    e.version_id
-                ),
-            ));
-        }
-        if !seen.insert(&e.version_id) {
+        let version = resolve_version(&state, &account, &script, &e.version_id)
+            .await
+            .map_err(|err| err.in_field(&format!("versions[{i}].version_id")))?;
+        if resolved
+            .iter()
+            .any(|r: &DeploymentEntry| r.version_id == version.id)
+        {
             return Err(ApiError::bad_request(
                 "invalid_body",
-                format!("versions[{i}].version_id: `{}` listed twice", e.version_id),
+                format!("versions[{i}].version_id: `{}` listed twice", version.id),
             ));
         }
         if e.weight > 100 {
@@ -664,9 +674,12 @@ async fn put_deployment(
                 format!("versions[{i}].weight: at most 100 (got {})", e.weight),
             ));
         }
+        resolved.push(DeploymentEntry {
+            version_id: version.id,
+            weight: e.weight,
+        });
     }
-    let entries: Vec<DeploymentEntry> =
-        body.versions.into_iter().filter(|e| e.weight > 0).collect();
+    let entries: Vec<DeploymentEntry> = resolved.into_iter().filter(|e| e.weight > 0).collect();
     state
         .store
         .set_deployment(&account, &script, &entries)

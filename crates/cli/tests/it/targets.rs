@@ -36,41 +36,69 @@ fn status(isolate: &str, version: &str, memory_bytes: u64, ev: (u64, u64)) -> v1
     }
 }
 
+/// A real control plane on loopback with the dev account `acme`; returns
+/// it with its runtime, temp dir and the CLI's connection flags.
+struct Running {
+    cp: ControlPlane,
+    rt: tokio::runtime::Runtime,
+    dir: tempfile::TempDir,
+    conn: Vec<String>,
+}
+
+impl Running {
+    fn start() -> Running {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new(
+            dir.path().join("cp.sqlite").to_string_lossy().into_owned(),
+            SECRET,
+        );
+        config.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.grpc_listen = SocketAddr::from(([127, 0, 0, 1], 0));
+        config.heartbeat_interval = Duration::from_secs(60);
+        config.dev = Some(DevAccount {
+            account: "acme".into(),
+            token: None,
+        });
+        let cp = rt
+            .block_on(ControlPlane::start(config))
+            .expect("control plane starts");
+        let token = cp.dev_token.clone().expect("dev token");
+        let url = format!("http://{}", cp.http_addr);
+        let conn = ["--url", &url, "--token", &token, "--account", "acme"]
+            .map(str::to_owned)
+            .to_vec();
+        Running { cp, rt, dir, conn }
+    }
+
+    /// `edgeprof ARGS` with the connection flags.
+    fn run(&self, args: &[&str]) -> crate::support::Run {
+        let conn: Vec<&str> = self.conn.iter().map(String::as_str).collect();
+        edgeprof(&[args, &conn[..]].concat())
+    }
+
+    /// Deploys a tiny module as a version of `api` with `weight`; its id.
+    fn deploy(&self, weight: Option<u32>) -> String {
+        let wasm_path = self.dir.path().join("api.wasm");
+        std::fs::write(&wasm_path, wasm()).unwrap();
+        let w = weight.map(|w| w.to_string());
+        let mut args = vec!["deploy", "api", wasm_path.to_str().unwrap(), "--json"];
+        if let Some(w) = &w {
+            args.extend(["--weight", w]);
+        }
+        let deploy = self.run(&args);
+        assert_eq!(deploy.code, Some(0), "{}", deploy.stderr);
+        let version: serde_json::Value = serde_json::from_str(&deploy.stdout).unwrap();
+        version["id"].as_str().expect("version id").to_owned()
+    }
+}
+
 #[test]
 fn targets_show_memory_per_isolate_and_per_version() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(
-        dir.path().join("cp.sqlite").to_string_lossy().into_owned(),
-        SECRET,
-    );
-    config.http_listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.grpc_listen = SocketAddr::from(([127, 0, 0, 1], 0));
-    config.heartbeat_interval = Duration::from_secs(60);
-    config.dev = Some(DevAccount {
-        account: "acme".into(),
-        token: None,
-    });
-    let cp = rt
-        .block_on(ControlPlane::start(config))
-        .expect("control plane starts");
-    let token = cp.dev_token.clone().expect("dev token");
-    let url = format!("http://{}", cp.http_addr);
-
+    let running = Running::start();
+    let (cp, rt) = (&running.cp, &running.rt);
     // Deploy through the CLI itself.
-    let wasm_path = dir.path().join("api.wasm");
-    std::fs::write(&wasm_path, wasm()).unwrap();
-    let conn = ["--url", &url, "--token", &token, "--account", "acme"];
-    let deploy = edgeprof(
-        &[
-            &["deploy", "api", wasm_path.to_str().unwrap(), "--json"][..],
-            &conn[..],
-        ]
-        .concat(),
-    );
-    assert_eq!(deploy.code, Some(0), "{}", deploy.stderr);
-    let version: serde_json::Value = serde_json::from_str(&deploy.stdout).unwrap();
-    let version = version["id"].as_str().expect("version id").to_owned();
+    let version = running.deploy(None);
 
     // 100 heartbeats of two isolates: i1 at 1..=100 MiB, i2 at 2 MiB.
     rt.block_on(async {
@@ -108,7 +136,7 @@ fn targets_show_memory_per_isolate_and_per_version() {
         }
     });
 
-    let run = edgeprof(&[&["targets", "api"][..], &conn[..]].concat());
+    let run = running.run(&["targets", "api"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert!(lines[0].contains("memory"), "{}", run.stdout);
@@ -123,13 +151,7 @@ fn targets_show_memory_per_isolate_and_per_version() {
     );
     assert!(lines.contains(&summary.as_str()), "{}", run.stdout);
 
-    let run = edgeprof(
-        &[
-            &["targets", "api", "--json", "--version", &version][..],
-            &conn[..],
-        ]
-        .concat(),
-    );
+    let run = running.run(&["targets", "api", "--json", "--version", &version]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(doc["targets"].as_array().unwrap().len(), 2);
@@ -137,5 +159,64 @@ fn targets_show_memory_per_isolate_and_per_version() {
     assert_eq!(v["version_id"], version.as_str());
     assert_eq!(v["memory_bytes"]["p999"], 100 * MIB);
     assert_eq!(v["evictions"]["exceeded_memory"], 3);
-    drop(cp);
+}
+
+#[test]
+fn versions_and_rollout_shift_traffic() {
+    let running = Running::start();
+    let v1 = running.deploy(None);
+    let v2 = running.deploy(Some(0));
+    let share = |stdout: &str, id: &str| -> String {
+        let row = stdout
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("no row for {id} in:\n{stdout}"));
+        row.split_whitespace().nth(2).unwrap().to_owned()
+    };
+    // Uploaded with weight 0: listed, serving nothing.
+    let run = running.run(&["versions", "api"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        (share(&run.stdout, &v1), share(&run.stdout, &v2)),
+        ("100.0%".into(), "0.0%".into()),
+        "{}",
+        run.stdout
+    );
+    // Gradual rollout of v2 by prefix and by `latest` (newest deployed = v1).
+    let differ = v1
+        .chars()
+        .zip(v2.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let p2 = &v2[..differ.max(7) + 1];
+    let run = running.run(&["rollout", "api", &format!("{p2}=25"), "latest=75"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        (share(&run.stdout, &v1), share(&run.stdout, &v2)),
+        ("75.0%".into(), "25.0%".into()),
+        "{}",
+        run.stdout
+    );
+    // A bad entry is refused with the field named, and nothing changes.
+    let run = running.run(&["rollout", "api", "nope=100"]);
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr
+            .contains("versions[0].version_id: `nope` is not `latest`"),
+        "{}",
+        run.stderr
+    );
+    let run = running.run(&["rollout", "api", "100"]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("expected VERSION=WEIGHT"),
+        "{}",
+        run.stderr
+    );
+    let run = running.run(&["versions", "api", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        doc["deployment"],
+        serde_json::json!([{"version_id": v1, "weight": 75}, {"version_id": v2, "weight": 25}])
+    );
 }

@@ -442,20 +442,74 @@ async fn versions_deployment_and_health() {
     assert_eq!(resp.status(), 200);
     let (_, body, _) = cp.get("/v1/accounts/acme/scripts/api/deployment").await;
     assert_eq!(body["versions"], json!([{"version_id": v2, "weight": 100}]));
-    let resp = cp
-        .http
-        .put(cp.url("/v1/accounts/acme/scripts/api/deployment"))
-        .bearer_auth(&cp.token)
-        .json(&json!({"versions": [{"version_id": "nope", "weight": 1}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 404);
-    assert!(
-        resp.text()
-            .await
-            .unwrap()
-            .contains("versions[0].version_id: `nope` is not a version of `api`")
+    let put = |versions: serde_json::Value| {
+        let req = cp
+            .http
+            .put(cp.url("/v1/accounts/acme/scripts/api/deployment"))
+            .bearer_auth(&cp.token)
+            .json(&json!({ "versions": versions }));
+        async move {
+            let resp = req.send().await.unwrap();
+            (
+                resp.status().as_u16(),
+                resp.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    // Entries name versions as any selector does; the stored id is resolved.
+    // (UUIDv7 ids made in the same second share their first characters.)
+    let differ = v1
+        .chars()
+        .zip(v2.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let (p1, p2) = (&v1[..differ.max(7) + 1], &v2[..differ.max(7) + 1]);
+    let (status, body) = put(json!([
+        {"version_id": p1, "weight": 70},
+        {"version_id": "latest", "weight": 30}
+    ]))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["versions"],
+        json!([{"version_id": v1, "weight": 70}, {"version_id": v2, "weight": 30}])
+    );
+    let bad: &[(serde_json::Value, u16, &str)] = &[
+        (
+            json!([{"version_id": "nope", "weight": 1}]),
+            400,
+            "versions[0].version_id: `nope` is not `latest`, a version id or a prefix of one",
+        ),
+        (
+            json!([{"version_id": v2, "weight": 1}, {"version_id": "0123456789", "weight": 1}]),
+            404,
+            "versions[1].version_id: version `0123456789` of script `api` not found",
+        ),
+        (
+            json!([{"version_id": v2, "weight": 1}, {"version_id": p2, "weight": 1}]),
+            400,
+            "listed twice",
+        ),
+        (
+            json!([{"version_id": v2, "weight": 101}]),
+            400,
+            "versions[0].weight: at most 100 (got 101)",
+        ),
+    ];
+    for (versions, code, message) in bad {
+        let (status, body) = put(versions.clone()).await;
+        assert_eq!(status, *code, "{versions}: {body}");
+        let got = body["error"]["message"].as_str().unwrap();
+        assert!(
+            got.contains(message),
+            "{versions}: `{got}` lacks `{message}`"
+        );
+    }
+    // A refused change leaves the deployment as it was.
+    let (_, body, _) = cp.get("/v1/accounts/acme/scripts/api/deployment").await;
+    assert_eq!(
+        body["versions"],
+        json!([{"version_id": v1, "weight": 70}, {"version_id": v2, "weight": 30}])
     );
     let (status, body, _) = cp.get("/v1/accounts/acme/scripts/nope/versions").await;
     assert_eq!(

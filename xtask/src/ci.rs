@@ -4,7 +4,8 @@
 //! `wasm32-unknown-unknown` target, Debian's `golang-go` for the `go tool pprof`
 //! oracle), then checks formatting, runs clippy with `-D warnings` and runs
 //! every test of the workspace with the slow suites enabled, after building
-//! the example workers and the binaries the end-to-end tests start.
+//! the example workers, the binaries and the dashboard the tests start;
+//! then the end-to-end suite (`cargo xtask e2e`).
 
 use std::process::Command;
 
@@ -33,15 +34,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
-    // The end-to-end tests drive the real binaries and the example workers.
-    crate::workers::run_task(&[])?;
-    sh(cargo().args(["build", "--workspace", "--bins"]))?;
-    // The dashboard test loads the page the control plane serves from target/dist.
-    crate::dist::run(&[])?;
+    let phase = std::time::Instant::now();
+    // Tests outside e2e also start binaries (the control plane's browser and
+    // process tests) and load the workers and the dashboard.
+    crate::e2e::build_prerequisites()?;
     sh(cargo()
-        .args(["test", "--workspace", "--all-targets"])
+        .args([
+            "test",
+            "--workspace",
+            "--all-targets",
+            "--exclude",
+            "edgeprof-e2e",
+        ])
         .env("EDGEPROF_SLOW_TESTS", "1"))?;
     sh(cargo().args(["test", "--workspace", "--doc"]))?;
+    let unit = phase.elapsed();
+    crate::e2e::run_suite(&[])?;
+    eprintln!(
+        "xtask ci: crate tests took {unit:.0?}, the end-to-end suite {:.0?}",
+        phase.elapsed() - unit
+    );
     eprintln!("xtask ci: all checks passed in {:.0?}", started.elapsed());
     Ok(())
 }

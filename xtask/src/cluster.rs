@@ -2,7 +2,8 @@
 //! binaries, example workers) with visible progress, then runs
 //! `edgeprof-cluster` in the foreground; Ctrl-C stops it and every process it
 //! started. Arguments are passed through (`--data-centers N`,
-//! `--machines-per-dc M`, `--rate R`, `--keep-state`, `--exit-after S`).
+//! `--machines-per-dc M`, `--rate R`, `--mix SCRIPT=W,…`, `--keep-state`,
+//! `--exit-after S`).
 
 use std::process::Command;
 

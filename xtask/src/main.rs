@@ -6,6 +6,7 @@
 //!
 //! - `ci`: the whole test suite (what `.ci/run` runs): installs what it needs,
 //!   then fmt, clippy, tests.
+//! - `e2e`: the end-to-end suite against real processes (part of `ci`).
 //! - `codegen`: regenerates `crates/proto/src/gen` from `proto/`.
 //! - `bench pprof`: decode+merge of 100 profiles, edgeprof beside `go tool pprof`.
 
@@ -13,6 +14,7 @@ mod bench;
 mod ci;
 mod cluster;
 mod dist;
+mod e2e;
 mod util;
 mod workers;
 
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
         "cluster" => cluster::run_cluster(rest),
         "codegen" => ci::codegen(),
         "dist" => dist::run(rest),
+        "e2e" => e2e::run(rest),
         "help" | "--help" | "-h" => {
             println!("{}", HELP);
             Ok(())
@@ -54,4 +57,5 @@ tasks:
   cluster    a local edge (control plane + agents + workers + traffic) with the dashboard
   ci         run the whole test suite (installs what it needs)
   codegen    regenerate crates/proto/src/gen from proto/
-  dist       build the browser dashboard (wasm + assets) into target/dist/";
+  dist       build the browser dashboard (wasm + assets) into target/dist/
+  e2e [FILTER]  the end-to-end suite: a real control plane, agents, workers, traffic";

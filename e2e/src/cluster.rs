@@ -395,6 +395,82 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// `GET /v1/accounts/{account}{path}` as JSON.
+    pub fn get_json(&self, path: &str) -> Result<Value> {
+        let url = format!("{}/v1/accounts/{}{path}", self.url, self.account);
+        let resp = self.http.get(&url).bearer_auth(&self.token).send()?;
+        let status = resp.status();
+        let body: Value = resp
+            .json()
+            .with_context(|| format!("GET {url}: not JSON"))?;
+        if !status.is_success() {
+            bail!("GET {url}: {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    /// The version of `script` whose module has the same bytes as `wasm`,
+    /// if one was uploaded before (a kept state).
+    pub fn version_with_wasm(&self, script: &str, wasm: &Path) -> Result<Option<String>> {
+        use sha2::Digest;
+        let bytes = fs::read(wasm).with_context(|| format!("cannot read {}", wasm.display()))?;
+        let sha = hex::encode(sha2::Sha256::digest(&bytes));
+        let scripts = self.get_json("/scripts")?;
+        let known = scripts["scripts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| s["name"] == script);
+        if !known {
+            return Ok(None);
+        }
+        let doc = self.get_json(&format!("/scripts/{script}/versions"))?;
+        Ok(doc["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["wasm_sha256"] == sha.as_str())
+            .and_then(|v| v["id"].as_str())
+            .map(str::to_owned))
+    }
+
+    /// Each version of `script` with its deployment weight (0: not serving).
+    pub fn weights(&self, script: &str) -> Result<std::collections::HashMap<String, u64>> {
+        let doc = self.get_json(&format!("/scripts/{script}/versions"))?;
+        Ok(doc["versions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| Some((v["id"].as_str()?.to_owned(), v["weight"].as_u64()?)))
+            .collect())
+    }
+
+    /// Waits until each script has an isolate with recent requests, i.e.
+    /// until a capture of it can find targets.
+    pub fn wait_serving(&self, scripts: &[&str], timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut waiting: Vec<&str> = scripts.to_vec();
+        while !waiting.is_empty() {
+            waiting.retain(|script| {
+                self.get_json(&format!("/scripts/{script}/targets"))
+                    .ok()
+                    .and_then(|d| d["targets"].as_array().map(Vec::is_empty))
+                    .unwrap_or(true)
+            });
+            if waiting.is_empty() {
+                break;
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "no traffic reached {} after {timeout:?}",
+                    waiting.join(", ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
     /// Stops one agent abruptly (SIGKILL), as a machine failure would.
     pub fn kill_agent(&mut self, machine_id: &str) -> Result<()> {
         let p = self

@@ -23,6 +23,14 @@ struct Args {
     /// Requests per second of synthetic traffic (0 = none).
     #[arg(long, default_value_t = 50.0)]
     rate: f64,
+    /// The traffic mix: `SCRIPT=WEIGHT,…`; `counter-object` requests go to
+    /// its Durable Objects.
+    #[arg(
+        long,
+        default_value = "json-gateway=40,metrics-twice=20,leftover-instrumentation=10,counter-object=20",
+        value_parser = parse_mix
+    )]
+    mix: Mix,
     /// Where state, logs and cluster.json go.
     #[arg(long, default_value = "target/edgeprof-cluster")]
     state_dir: PathBuf,
@@ -37,18 +45,104 @@ struct Args {
     exit_after: u64,
 }
 
-/// (script, wasm file, weight): the deployment the cluster starts with.
+/// (script, wasm file, weight): the deployment the cluster starts with. A
+/// gradual rollout of json-gateway's fix; the other fixes are uploaded as
+/// versions of their own with weight 0 (not serving), ready for
+/// `edgeprof rollout`.
 const DEPLOYMENT: &[(&str, &str, u32)] = &[
     ("json-gateway", "json-gateway.wasm", 90),
     ("json-gateway", "json-gateway-fixed.wasm", 10),
     ("metrics-twice", "metrics-twice.wasm", 100),
+    ("metrics-twice", "metrics-twice-fixed.wasm", 0),
     (
         "leftover-instrumentation",
         "leftover-instrumentation.wasm",
         100,
     ),
+    (
+        "leftover-instrumentation",
+        "leftover-instrumentation-fixed.wasm",
+        0,
+    ),
     ("counter-object", "counter-object.wasm", 100),
 ];
+
+/// `--mix`: scripts with weights.
+#[derive(Debug, Clone)]
+struct Mix(Vec<(String, u32)>);
+
+fn parse_mix(s: &str) -> Result<Mix, String> {
+    let known: Vec<&str> = DEPLOYMENT.iter().map(|(script, _, _)| *script).collect();
+    let mut mix = Vec::new();
+    for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+        let (script, weight) = part
+            .split_once('=')
+            .ok_or_else(|| format!("`{part}`: expected SCRIPT=WEIGHT"))?;
+        let script = script.trim();
+        if !known.contains(&script) {
+            return Err(format!("`{script}`: not an example script (one of {})", {
+                let mut k = known.clone();
+                k.dedup();
+                k.join(", ")
+            }));
+        }
+        let weight: u32 = weight
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{part}`: weight must be a whole number"))?;
+        mix.push((script.to_owned(), weight));
+    }
+    if mix.iter().all(|(_, w)| *w == 0) {
+        return Err("the mix needs a script with a weight above 0".into());
+    }
+    Ok(Mix(mix))
+}
+
+impl Mix {
+    /// Requests the generator sends: a script's weight is spread over its
+    /// Durable Objects for `counter-object`.
+    fn targets(&self) -> Vec<(u32, Target)> {
+        let mut targets = Vec::new();
+        for (script, weight) in &self.0 {
+            if script == "counter-object" {
+                let ids = counter_ids();
+                let each = (*weight / ids.len() as u32).max(u32::from(*weight > 0));
+                for id in ids {
+                    targets.push((
+                        each,
+                        Target::DurableObject {
+                            namespace: script.clone(),
+                            id,
+                            path: "/increment".into(),
+                        },
+                    ));
+                }
+            } else {
+                targets.push((
+                    *weight,
+                    Target::Script {
+                        script: script.clone(),
+                        path: "/".into(),
+                    },
+                ));
+            }
+        }
+        targets
+    }
+
+    fn scripts(&self) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(_, w)| *w > 0)
+            .map(|(s, _)| s.as_str())
+            .collect()
+    }
+}
+
+/// The Durable Objects the traffic increments.
+fn counter_ids() -> Vec<String> {
+    (1..=4u64).map(|i| format!("{i:064x}")).collect()
+}
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -62,9 +156,12 @@ fn main() -> Result<()> {
     options.data_centers = args.data_centers;
     options.machines_per_dc = args.machines_per_dc;
     options.fresh = !args.keep_state;
+    let kept = args.keep_state && args.state_dir.join("edgeprof.sqlite").is_file();
     eprintln!(
-        "edgeprof-cluster: starting a control plane and {}×{} node agents…",
-        args.data_centers, args.machines_per_dc
+        "edgeprof-cluster: starting a control plane and {}×{} node agents{}…",
+        args.data_centers,
+        args.machines_per_dc,
+        if kept { " on the kept state" } else { "" }
     );
     let cluster = Cluster::start(options)?;
 
@@ -78,45 +175,29 @@ fn main() -> Result<()> {
             );
             continue;
         }
-        let id = cluster.deploy(script, &path, *weight)?;
-        eprintln!("edgeprof-cluster: deployed {script} {id} (weight {weight}) from {file}");
-        scripts.push(json!({"script": script, "version": id, "weight": weight, "wasm": file}));
+        // With --keep-state a module uploaded before stays the version it
+        // was (same bytes, same id), and the deployment stays as it was left.
+        let id = match cluster.version_with_wasm(script, &path)? {
+            Some(id) => {
+                eprintln!("edgeprof-cluster: kept {script} {id} from {file}");
+                id
+            }
+            None => {
+                let id = cluster.deploy(script, &path, *weight)?;
+                eprintln!("edgeprof-cluster: deployed {script} {id} (weight {weight}) from {file}");
+                id
+            }
+        };
+        scripts.push(json!({"script": script, "version": id, "wasm": file}));
+    }
+    for s in scripts.iter_mut() {
+        let script = s["script"].as_str().unwrap_or_default().to_owned();
+        let weights = cluster.weights(&script)?;
+        let id = s["version"].as_str().unwrap_or_default();
+        s["weight"] = json!(weights.get(id).copied().unwrap_or(0));
     }
 
-    let mut targets: Vec<(u32, Target)> = vec![
-        (
-            40,
-            Target::Script {
-                script: "json-gateway".into(),
-                path: "/".into(),
-            },
-        ),
-        (
-            20,
-            Target::Script {
-                script: "metrics-twice".into(),
-                path: "/".into(),
-            },
-        ),
-        (
-            10,
-            Target::Script {
-                script: "leftover-instrumentation".into(),
-                path: "/".into(),
-            },
-        ),
-    ];
-    for i in 0..4u8 {
-        let id = format!("{:064x}", u64::from(i) + 1);
-        targets.push((
-            5,
-            Target::DurableObject {
-                namespace: "counter-object".into(),
-                id,
-                path: "/increment".into(),
-            },
-        ));
-    }
+    let targets = args.mix.targets();
     let traffic = (args.rate > 0.0).then(|| {
         Traffic::start(
             &cluster,
@@ -134,7 +215,18 @@ fn main() -> Result<()> {
         )
     });
 
-    let doc = cluster.describe(&scripts);
+    if traffic.is_some() {
+        eprintln!("edgeprof-cluster: waiting until every script serves traffic…");
+        if let Err(e) = cluster.wait_serving(&args.mix.scripts(), Duration::from_secs(90)) {
+            eprintln!(
+                "edgeprof-cluster: warning: {e:#}; captures may answer \"no recent executions\" for a while"
+            );
+        }
+    }
+
+    let commands = example_commands(&cluster, &scripts);
+    let mut doc = cluster.describe(&scripts);
+    doc["commands"] = json!(commands);
     let json_path = args.state_dir.join("cluster.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&doc)?)
         .with_context(|| format!("cannot write {}", json_path.display()))?;
@@ -148,16 +240,11 @@ fn main() -> Result<()> {
     println!("  account:    {}", cluster.account);
     println!("  state:      {}", json_path.display());
     println!();
-    println!("try:");
-    println!(
-        "  export EDGEPROF_URL={} EDGEPROF_TOKEN={} EDGEPROF_ACCOUNT={}",
-        cluster.url, cluster.token, cluster.account
-    );
-    println!("  cargo run -q -p edgeprof-cli -- targets json-gateway");
-    println!(
-        "  cargo run -q -p edgeprof-cli -- profile json-gateway --duration 5s -o json-gateway.pprof"
-    );
-    println!("  cargo run -q -p edgeprof-cli -- top json-gateway.pprof");
+    println!("try (each line after `$` can be pasted into a shell):");
+    for c in &commands {
+        println!("  # {}", c["what"].as_str().unwrap_or_default());
+        println!("  $ {}", c["command"].as_str().unwrap_or_default());
+    }
     println!();
     println!("Ctrl-C stops every process.");
 
@@ -171,4 +258,63 @@ fn main() -> Result<()> {
     drop(cluster);
     eprintln!("edgeprof-cluster: stopped");
     Ok(())
+}
+
+/// The commands printed at start (and written to `cluster.json`), each
+/// `{"what", "command"}`; the first sets up the shell.
+fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let bin = cluster.options.bin_dir.display();
+    let version_of = |wasm: &str| {
+        scripts
+            .iter()
+            .find(|s| s["wasm"] == wasm)
+            .and_then(|s| s["version"].as_str())
+            .map(str::to_owned)
+    };
+    let counter = &counter_ids()[0];
+    let mut c = vec![
+        (
+            "point the CLI at this edge",
+            format!(
+                "export PATH=\"{bin}:$PATH\" EDGEPROF_URL={} EDGEPROF_TOKEN={} EDGEPROF_ACCOUNT={}",
+                cluster.url, cluster.token, cluster.account
+            ),
+        ),
+        (
+            "where json-gateway runs, per machine and version, with memory",
+            "edgeprof targets json-gateway".to_owned(),
+        ),
+        (
+            "a 5 s CPU profile of json-gateway's v1 (90 % of its traffic; `latest` would be the fix)",
+            format!(
+                "edgeprof profile json-gateway --version {} --duration 5s -o json-gateway.pprof",
+                version_of("json-gateway.wasm").unwrap_or_else(|| "latest".into())
+            ),
+        ),
+        (
+            "the hottest functions, as go tool pprof -top ranks them",
+            "edgeprof top json-gateway.pprof".to_owned(),
+        ),
+        (
+            "the flamegraph in the terminal (q quits)",
+            "edgeprof view json-gateway.pprof".to_owned(),
+        ),
+        (
+            "what allocates in leftover-instrumentation",
+            "edgeprof profile leftover-instrumentation --type heap --duration 5s -o heap.pprof && edgeprof top heap.pprof --sample-index alloc_space".to_owned(),
+        ),
+        (
+            "one Durable Object's isolate only",
+            format!("edgeprof profile counter-object --durable-object counter-object:{counter} --duration 3s -o counter.pprof"),
+        ),
+    ];
+    if let Some(fixed) = version_of("metrics-twice-fixed.wasm") {
+        c.push((
+            "deploy metrics-twice's fix to half of its traffic",
+            format!("edgeprof rollout metrics-twice latest=50 {fixed}=50"),
+        ));
+    }
+    c.into_iter()
+        .map(|(what, command)| json!({"what": what, "command": command}))
+        .collect()
 }

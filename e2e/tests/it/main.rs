@@ -8,6 +8,7 @@
 
 mod capture;
 mod cases;
+mod cluster;
 
 use std::path::PathBuf;
 

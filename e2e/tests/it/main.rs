@@ -6,8 +6,10 @@
 //! (`cargo xtask build-workers`); `cargo xtask ci` builds both first. Without
 //! them, the tests fail under `CI` and skip with a printed reason elsewhere.
 
+mod browser;
 mod capture;
 mod cases;
+mod dashboard;
 
 use std::path::PathBuf;
 

@@ -78,7 +78,8 @@ impl Rest<'_> {
         )
     }
 
-    fn get(&self, path: &str) -> Value {
+    /// A successful `GET path`.
+    fn get_ok(&self, path: &str) -> reqwest::blocking::Response {
         let r = self
             .http
             .get(self.url(path))
@@ -86,18 +87,15 @@ impl Rest<'_> {
             .send()
             .unwrap();
         assert!(r.status().is_success(), "GET {path}: {}", r.status());
-        r.json().unwrap()
+        r
+    }
+
+    fn get(&self, path: &str) -> Value {
+        self.get_ok(path).json().unwrap()
     }
 
     fn get_bytes(&self, path: &str) -> Vec<u8> {
-        let r = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(&self.cluster.token)
-            .send()
-            .unwrap();
-        assert!(r.status().is_success(), "GET {path}: {}", r.status());
-        r.bytes().unwrap().to_vec()
+        self.get_ok(path).bytes().unwrap().to_vec()
     }
 
     /// Starts an asynchronous capture in one data center; returns its

@@ -1,13 +1,30 @@
 // The edgeprof dashboard: talks to the control plane's REST API (DESIGN.md
 // §5) and draws the viewer model computed by the wasm (edgeprof-viewer-web).
-// The canvas carries `data-frames` (the drawn frames' names, row by row),
-// `data-blocks` (their rectangles) and `data-focus`, so tests and tools can
-// read what is shown.
+//
+// What is shown is also readable by tests and tools: the canvas carries
+// `data-focus`, `data-width` and the timings of its last redraw
+// (`data-redraw-ms`, `data-layout-ms`, `data-draw-ms`, `data-blocks`), and
+// `window.edgeprof.blocks()` returns the drawn blocks (name, x, width,
+// depth, in CSS pixels). Memory cells carry their raw bytes in `data-bytes`.
 import init, { WebView } from "/assets/viewer.js";
 
 const $ = (id) => document.getElementById(id);
 const ROW = 18;
-const state = { account: "", token: "", script: "", view: null, sort: "self", blocks: [], polling: null };
+const MIB = 1024 * 1024;
+// Agents cap each isolate's linear memory at `--isolate-memory-mib`, 128 MiB
+// unless an operator changes it. Heartbeats do not carry the limit, so the
+// page shows the platform default.
+const MEMORY_LIMIT_BYTES = 128 * MIB;
+const MEMORY_REFRESH_MS = 10000;
+
+const state = {
+  account: "", token: "", script: "", versions: [],
+  view: null, bytes: null, sort: "self", blocks: [],
+  drawnWidth: 0, tableShown: false, memoryTimer: null,
+};
+
+// Tests and tools read what the flamegraph shows from here.
+window.edgeprof = { blocks: () => state.blocks.map(({ name, x, width, depth, folded }) => ({ name, x, width, depth, folded })) };
 
 function showError(message) {
   const e = $("error");
@@ -15,23 +32,45 @@ function showError(message) {
   e.hidden = !message;
 }
 
+/// An error answer of the REST API: `{"error": {"code", "message"}}`.
+class ApiError extends Error {
+  constructor(status, code, message, retryAfter) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.retryAfter = retryAfter;
+  }
+
+  /// What the page shows: the API's own message (it names the field and
+  /// the limit), the status, and when to retry for 429.
+  describe() {
+    let text = `${this.message} (HTTP ${this.status}`;
+    if (this.retryAfter) text += `, Retry-After ${this.retryAfter} s`;
+    return `${text})`;
+  }
+}
+
 async function api(path, options = {}) {
   const headers = Object.assign({ Authorization: `Bearer ${state.token}` }, options.headers || {});
-  const resp = await fetch(`/v1/accounts/${encodeURIComponent(state.account)}${path}`, Object.assign({}, options, { headers }));
+  let resp;
+  try {
+    resp = await fetch(`/v1/accounts/${encodeURIComponent(state.account)}${path}`, Object.assign({}, options, { headers }));
+  } catch (e) {
+    throw new Error(`cannot reach the control plane: ${e.message}`);
+  }
   if (!resp.ok) {
-    let message = `${resp.status} ${resp.statusText}`;
+    let code = "";
+    let message = resp.statusText || "request failed";
     try {
       const body = await resp.json();
-      if (body.error) message = body.error.message;
+      if (body.error) ({ code, message } = body.error);
     } catch (_) { /* not JSON */ }
-    if (resp.status === 429) {
-      const retry = resp.headers.get("Retry-After");
-      message = `Too many captures running for this script: ${message}${retry ? ` (retry in ${retry} s)` : ""}`;
-    }
-    throw new Error(message);
+    throw new ApiError(resp.status, code, message, resp.headers.get("Retry-After"));
   }
   return resp;
 }
+
+const describe = (e) => (e instanceof ApiError ? e.describe() : e.message || String(e));
 
 async function signIn(ev) {
   ev.preventDefault();
@@ -56,23 +95,107 @@ async function signIn(ev) {
     $("signin").hidden = true;
     $("scripts").hidden = false;
   } catch (e) {
-    showError(`Sign-in failed: ${e.message}`);
+    showError(`Sign-in failed: ${describe(e)}`);
   }
+}
+
+function versionLabel(id) {
+  const v = state.versions.find((x) => x.id === id);
+  return v ? `#${v.seq} ${v.id.slice(0, 8)}` : id.slice(0, 8);
 }
 
 async function openScript(name) {
   state.script = name;
   $("script-name").textContent = name;
   $("observability").hidden = false;
+  $("profile").hidden = true;
+  $("capture-status").textContent = "";
+  showError("");
+  clearInterval(state.memoryTimer);
   try {
     const { versions } = await (await api(`/scripts/${encodeURIComponent(name)}/versions`)).json();
+    state.versions = versions;
     const select = $("version");
     select.replaceChildren(new Option("Latest", "latest"));
-    for (const v of versions) select.append(new Option(`#${v.seq} ${v.id.slice(0, 8)}`, v.id));
-    await loadHistory();
+    for (const v of versions) {
+      select.append(new Option(`${versionLabel(v.id)} (weight ${v.weight} %)`, v.id));
+    }
+    await Promise.all([loadHistory(), loadMemory()]);
+    state.memoryTimer = setInterval(() => loadMemory().catch(() => {}), MEMORY_REFRESH_MS);
   } catch (e) {
-    showError(e.message);
+    showError(describe(e));
   }
+}
+
+function mib(bytes) {
+  return bytes === null || bytes === undefined ? "–" : `${(bytes / MIB).toFixed(1)} MiB`;
+}
+
+function bytesCell(tr, bytes) {
+  const td = tr.insertCell();
+  td.textContent = mib(bytes);
+  td.dataset.bytes = bytes === null || bytes === undefined ? "" : String(bytes);
+  if (bytes >= MEMORY_LIMIT_BYTES) td.classList.add("over");
+  return td;
+}
+
+/// The memory panel: per version, its isolates now and the percentiles of
+/// the agents' readings over the window, against the limit.
+async function loadMemory() {
+  const script = state.script;
+  let doc;
+  try {
+    doc = await (await api(`/scripts/${encodeURIComponent(script)}/memory`)).json();
+  } catch (e) {
+    $("memory-empty").hidden = false;
+    $("memory-empty").textContent = `Memory view unavailable: ${describe(e)}`;
+    throw e;
+  }
+  if (script !== state.script) return;
+  $("memory-limit").textContent = mib(MEMORY_LIMIT_BYTES);
+  const body = $("memory-table").tBodies[0];
+  body.replaceChildren();
+  for (const v of doc.versions) {
+    const tr = body.insertRow();
+    tr.dataset.version = v.version_id;
+    tr.insertCell().textContent = versionLabel(v.version_id);
+    const isolates = tr.insertCell();
+    isolates.className = "isolates";
+    isolates.dataset.count = String(v.isolates.length);
+    isolates.append(`${v.isolates.length}`);
+    for (const i of v.isolates) {
+      const d = document.createElement("div");
+      d.className = "isolate";
+      d.dataset.isolate = i.isolate;
+      d.dataset.bytes = String(i.memory_bytes);
+      d.textContent = `${i.data_center}/${i.machine}/${i.isolate}: ${mib(i.memory_bytes)}`;
+      isolates.append(d);
+    }
+    const m = v.memory_bytes;
+    for (const [key, value] of [["p50", m.p50], ["p99", m.p99], ["p999", m.p999], ["max", m.max]]) {
+      bytesCell(tr, value).dataset.stat = key;
+    }
+    const readings = tr.insertCell();
+    readings.dataset.stat = "samples";
+    readings.textContent = String(m.samples);
+    const exceeded = tr.insertCell();
+    exceeded.dataset.stat = "exceeded_memory";
+    exceeded.textContent = String(v.evictions.exceeded_memory);
+    if (v.evictions.exceeded_memory > 0) exceeded.classList.add("over");
+    const all = tr.insertCell();
+    all.dataset.stat = "evictions";
+    all.textContent = String(v.evictions.total);
+    const limit = tr.insertCell();
+    limit.dataset.stat = "p999_of_limit";
+    const meter = document.createElement("meter");
+    Object.assign(meter, { min: 0, max: 1, low: 0.75, high: 0.9, optimum: 0, value: Math.min(1, (m.p999 || 0) / MEMORY_LIMIT_BYTES) });
+    limit.append(meter, ` ${Math.round(((m.p999 || 0) * 100) / MEMORY_LIMIT_BYTES)} %`);
+    tr.classList.toggle("over-limit", (m.max || 0) >= MEMORY_LIMIT_BYTES || v.evictions.exceeded_memory > 0);
+  }
+  if (doc.versions.length > 0) $("memory-window").textContent = `${Math.round(doc.versions[0].window_s / 60)} min`;
+  $("memory-empty").hidden = doc.versions.length > 0;
+  $("memory-empty").textContent = "No agent has reported an isolate of this script in the window: it has served no recent traffic.";
+  $("memory").dataset.loaded = String(Date.now());
 }
 
 async function loadHistory() {
@@ -82,7 +205,9 @@ async function loadHistory() {
   for (const p of profiles) {
     const tr = body.insertRow();
     tr.dataset.id = p.id;
-    for (const text of [new Date(p.created_at_ms).toLocaleString(), p.profile_type, p.version || "latest",
+    tr.dataset.status = p.status;
+    const version = versionLabel(p.version_id) + (p.version === "latest" ? " (latest)" : "");
+    for (const text of [new Date(p.created_at_ms).toLocaleString(), p.profile_type, version,
       `${p.duration_ms} ms`, p.error ? `${p.status}: ${p.error}` : p.status]) {
       tr.insertCell().textContent = text;
     }
@@ -99,11 +224,10 @@ async function loadHistory() {
 
 async function capture(ev) {
   ev.preventDefault();
-  const duration = Number($("duration").value);
-  if (!Number.isInteger(duration) || duration < 1000 || duration > 50000) {
-    showError(`Duration: must be a whole number of milliseconds between 1000 and 50000 (got ${$("duration").value}).`);
-    return;
-  }
+  // The API validates the duration and says why it refuses one; an empty or
+  // non-numeric field is sent as typed rather than silently defaulted.
+  const raw = $("duration").value.trim();
+  const duration = raw !== "" && Number.isFinite(Number(raw)) ? Number(raw) : raw;
   showError("");
   const button = $("capture");
   const status = $("capture-status");
@@ -118,7 +242,7 @@ async function capture(ev) {
       const s = await (await api(`/profiles/${id}`)).json();
       const elapsed = Math.min(1, (Date.now() - started) / duration);
       const machines = s.progress.machines_total ? ` ${s.progress.machines_answered}/${s.progress.machines_total} machines` : "";
-      status.textContent = `Capturing… ${Math.round(elapsed * 100)}%${machines}`;
+      status.textContent = s.status === "merging" ? `Merging…${machines}` : `Capturing… ${Math.round(elapsed * 100)}%${machines}`;
       progress.value = elapsed;
       if (s.status === "done" || s.status === "partial") {
         status.textContent = s.status === "partial" ? `Partial capture: missing ${s.missing_machines.join(", ")}` : "Captured";
@@ -126,12 +250,15 @@ async function capture(ev) {
         await openCapture(id);
         break;
       }
-      if (s.status === "failed") throw new Error(`Capture failed: ${s.error}`);
+      if (s.status === "failed") {
+        await loadHistory();
+        throw new Error(`the capture failed: ${s.error}`);
+      }
       await new Promise((r) => setTimeout(r, 250));
     }
   } catch (e) {
     status.textContent = "";
-    showError(e.message);
+    showError(`Cannot capture: ${describe(e)}`);
   } finally {
     button.disabled = false;
     progress.hidden = true;
@@ -142,34 +269,66 @@ async function openCapture(id) {
   try {
     const resp = await api(`/profiles/${id}/pprof`);
     const bytes = new Uint8Array(await resp.arrayBuffer());
-    const url = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
     const link = $("download");
-    link.href = url;
+    if (link.href.startsWith("blob:")) URL.revokeObjectURL(link.href);
+    link.href = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
     link.download = `${state.script}-${id}.pprof`;
     link.hidden = false;
     showProfile(bytes, `${state.script}: capture ${id}`);
   } catch (e) {
-    showError(e.message);
+    showError(`Cannot open capture ${id}: ${describe(e)}`);
   }
 }
 
+/// Builds the view of `sampleType` ("" = the profile's default) and draws it.
+function openView(sampleType) {
+  const t0 = performance.now();
+  const view = new WebView(state.bytes, sampleType);
+  const openMs = performance.now() - t0;
+  if (state.view) state.view.free();
+  state.view = view;
+  $("flame").dataset.openMs = openMs.toFixed(1);
+  return JSON.parse(view.summary());
+}
+
 function showProfile(bytes, title) {
-  let view;
+  const previous = state.bytes;
+  state.bytes = bytes;
+  let summary;
   try {
-    view = new WebView(bytes, "");
+    summary = openView("");
   } catch (e) {
+    state.bytes = previous;
     showError(`Cannot open the profile: ${e}`);
     return;
   }
-  if (state.view) state.view.free();
-  state.view = view;
-  const summary = JSON.parse(view.summary());
-  $("profile-title").textContent = `${title} — ${summary.sample_type} ${summary.total_text}`;
+  state.title = title;
+  const select = $("sample-type");
+  select.replaceChildren();
+  for (const [type, unit] of summary.sample_types) {
+    const o = new Option(`${type} (${unit})`, type);
+    o.selected = type === summary.sample_type;
+    select.append(o);
+  }
   $("profile").hidden = false;
   $("search").value = "";
-  $("search-share").textContent = "";
   showError("");
-  redraw();
+  showSummary(summary);
+  search();
+}
+
+function showSummary(summary) {
+  $("profile-title").textContent = `${state.title} — ${summary.sample_type} ${summary.total_text}`;
+}
+
+function changeSampleType() {
+  try {
+    showSummary(openView($("sample-type").value));
+  } catch (e) {
+    showError(`Cannot show ${$("sample-type").value}: ${e}`);
+    return;
+  }
+  search();
 }
 
 function color(name, matched) {
@@ -179,16 +338,24 @@ function color(name, matched) {
   return `hsl(${20 + (h % 40)}, 80%, ${55 + (h % 15)}%)`;
 }
 
+/// Lays out and draws the flamegraph at the pane's width, and times it.
 function redraw() {
   const view = state.view;
   if (!view) return;
   const canvas = $("flame");
-  const blocks = JSON.parse(view.layout(canvas.width, 1));
-  state.blocks = blocks;
+  const width = Math.floor($("flame-pane").clientWidth);
+  if (width <= 0) return; // hidden (table tab); drawn when shown again
+  const dpr = window.devicePixelRatio || 1;
+  const t0 = performance.now();
+  const blocks = JSON.parse(view.layout(width, 1));
+  const t1 = performance.now();
   const depth = blocks.reduce((d, b) => Math.max(d, b.depth + 1), 1);
-  canvas.height = depth * ROW;
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(depth * ROW * dpr);
+  canvas.style.height = `${depth * ROW}px`;
   const ctx = canvas.getContext("2d");
-  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, depth * ROW);
   ctx.font = "12px sans-serif";
   for (const b of blocks) {
     const y = b.depth * ROW; // root (the focus) on top
@@ -204,8 +371,21 @@ function redraw() {
       ctx.restore();
     }
   }
-  canvas.dataset.frames = JSON.stringify(blocks.filter((b) => !b.folded).map((b) => b.name));
-  canvas.dataset.blocks = JSON.stringify(blocks.map(({ name, x, width, depth }) => ({ name, x, width, depth })));
+  // Reading one pixel makes the canvas finish its drawing, so the time
+  // includes rasterization and not only the queued commands.
+  ctx.getImageData(0, 0, 1, 1);
+  const t2 = performance.now();
+  state.blocks = blocks;
+  state.drawnWidth = width;
+  Object.assign(canvas.dataset, {
+    width: String(width),
+    blocks: String(blocks.length),
+    layoutMs: (t1 - t0).toFixed(2),
+    drawMs: (t2 - t1).toFixed(2),
+    redrawMs: (t2 - t0).toFixed(2),
+  });
+  $("redraw-time").textContent =
+    `Redraw ${(t2 - t0).toFixed(1)} ms (layout ${(t1 - t0).toFixed(1)} ms, draw ${(t2 - t1).toFixed(1)} ms) for ${blocks.length} blocks at ${width} px; model built in ${canvas.dataset.openMs} ms`;
   const crumbs = JSON.parse(view.breadcrumbs());
   canvas.dataset.focus = crumbs[crumbs.length - 1].name;
   const nav = $("breadcrumbs");
@@ -213,16 +393,21 @@ function redraw() {
   for (const c of crumbs) {
     const a = document.createElement("a");
     a.textContent = c.name;
-    a.onclick = () => { view.focus(c.node); redraw(); };
+    a.onclick = () => { view.focus(c.node); refresh(); };
     nav.append(a);
   }
-  drawTable();
+}
+
+/// Redraws what is visible: the flamegraph, or the table.
+function refresh() {
+  redraw();
+  if (state.tableShown) drawTable();
 }
 
 function blockAt(ev) {
   const canvas = $("flame");
   const rect = canvas.getBoundingClientRect();
-  const x = (ev.clientX - rect.left) * (canvas.width / rect.width);
+  const x = (ev.clientX - rect.left) * (state.drawnWidth / rect.width);
   const depth = Math.floor((ev.clientY - rect.top) / ROW);
   return state.blocks.find((b) => b.depth === depth && x >= b.x && x < b.x + b.width);
 }
@@ -245,20 +430,24 @@ function click(ev) {
   const b = blockAt(ev);
   if (b && !b.folded && state.view) {
     state.view.focus(b.node);
-    redraw();
+    refresh();
   }
 }
 
 function search() {
   if (!state.view) return;
+  const share = $("search-share");
   try {
-    const r = JSON.parse(state.view.search($("search").value));
-    $("search-share").textContent = r ? `${r.matching_nodes} frames match, ${r.covered_percent.toFixed(1)}% of the profile` : "";
-    showError("");
+    const r = JSON.parse(state.view.search($("search").value, $("search-regex").checked));
+    share.textContent = r ? `${r.matching_nodes} frames match, ${r.covered_percent.toFixed(1)}% of the profile` : "";
+    share.classList.remove("bad");
   } catch (e) {
-    showError(String(e));
+    // The previous search stays in effect; say why this one is refused.
+    share.textContent = String(e);
+    share.classList.add("bad");
+    return;
   }
-  redraw();
+  refresh();
 }
 
 function drawTable() {
@@ -274,8 +463,12 @@ function drawTable() {
 }
 
 function tab(table) {
+  state.tableShown = table;
   $("table-pane").hidden = !table;
   $("flame-pane").hidden = table;
+  $("tab-table").classList.toggle("active", table);
+  $("tab-flame").classList.toggle("active", !table);
+  if (state.view) refresh();
 }
 
 async function openFile(file) {
@@ -293,16 +486,30 @@ async function main() {
   await init();
   $("signin-form").addEventListener("submit", signIn);
   $("capture-form").addEventListener("submit", capture);
+  $("memory-refresh").onclick = () => loadMemory().catch(() => {});
   $("flame").addEventListener("mousemove", hover);
   $("flame").addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
   $("flame").addEventListener("click", click);
-  $("reset").onclick = () => { if (state.view) { state.view.reset(); redraw(); } };
+  $("reset").onclick = () => { if (state.view) { state.view.reset(); refresh(); } };
   $("search").addEventListener("input", search);
+  $("search-regex").addEventListener("change", search);
+  $("sample-type").addEventListener("change", changeSampleType);
   $("tab-flame").onclick = () => tab(false);
   $("tab-table").onclick = () => tab(true);
   for (const th of $("functions").tHead.rows[0].cells) {
     if (th.dataset.sort) th.onclick = () => { state.sort = th.dataset.sort; drawTable(); };
   }
+  // The canvas follows its container: redraw when the pane's width changes
+  // (window resize, layout change), once per animation frame.
+  let pending = false;
+  new ResizeObserver(() => {
+    if (pending || !state.view) return;
+    pending = true;
+    requestAnimationFrame(() => {
+      pending = false;
+      if (Math.floor($("flame-pane").clientWidth) !== state.drawnWidth) redraw();
+    });
+  }).observe($("flame-pane"));
   $("file").addEventListener("change", (ev) => openFile(ev.target.files[0]));
   document.addEventListener("dragover", (ev) => ev.preventDefault());
   document.addEventListener("drop", (ev) => { ev.preventDefault(); openFile(ev.dataTransfer.files[0]); });

@@ -148,15 +148,22 @@ impl WebView {
         Value::Array(crumbs).to_string()
     }
 
-    /// Searches function names and locations (substring, smart case; empty
-    /// clears): `{"pattern", "covered_percent", "matching_nodes", "summary"}`
-    /// or `null` when cleared.
-    pub fn search(&mut self, pattern: &str) -> Result<String, String> {
+    /// Searches function names and locations (a substring, or a regular
+    /// expression when `regex`; smart case; empty clears): `{"pattern",
+    /// "covered_percent", "matching_nodes", "summary"}` or `null` when
+    /// cleared. An invalid regular expression is thrown as its parser's
+    /// message and leaves the previous search in place.
+    pub fn search(&mut self, pattern: &str, regex: bool) -> Result<String, String> {
         if pattern.is_empty() {
             self.view.set_search(None);
             return Ok("null".into());
         }
-        let search = Search::new(pattern, SearchMode::Substring).map_err(err)?;
+        let mode = if regex {
+            SearchMode::Regex
+        } else {
+            SearchMode::Substring
+        };
+        let search = Search::new(pattern, mode).map_err(err)?;
         self.view.set_search(Some(&search));
         let tree = self.view.tree();
         let r = self.view.search().expect("just set");
@@ -257,11 +264,11 @@ mod tests {
         v.reset();
         assert_eq!(parse(&v.breadcrumbs()).as_array().unwrap().len(), 1);
 
-        let s = parse(&v.search("rend").unwrap());
+        let s = parse(&v.search("rend", false).unwrap());
         assert_eq!(s["covered_percent"], 25.0);
         let table = parse(&v.table("self").unwrap());
         assert_eq!(table[0]["function"], "render");
-        v.search("").unwrap();
+        v.search("", false).unwrap();
         let table = parse(&v.table("self").unwrap());
         assert_eq!(table[0]["function"], "parse");
         assert_eq!(
@@ -270,6 +277,25 @@ mod tests {
                     .unwrap()
             )["location"],
             "src/lib.rs:1"
+        );
+    }
+
+    #[test]
+    fn regex_search_reads_the_pattern_as_a_regex_and_substring_does_not() {
+        let mut v = WebView::new(&profile(), "").unwrap();
+        let share = |v: &mut WebView, p: &str, regex: bool| {
+            parse(&v.search(p, regex).unwrap())["covered_percent"].clone()
+        };
+        assert_eq!(share(&mut v, "^(parse|render)$", true), 100.0);
+        assert_eq!(share(&mut v, "^pa", true), 75.0);
+        // The same text as a substring matches nothing.
+        assert_eq!(share(&mut v, "^pa", false), 0.0);
+        let e = v.search("(", true).unwrap_err();
+        assert!(e.starts_with("invalid regular expression \"(\""), "{e}");
+        // A failed search keeps the one before it.
+        assert_eq!(
+            parse(&v.table("self").unwrap()).as_array().unwrap().len(),
+            0
         );
     }
 

@@ -9,6 +9,8 @@
 //! - [`View`]: focus with breadcrumbs and reset, [`Search`] with highlight and
 //!   covered share, the [`table`] sorted by any column.
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
+//! - [`synthetic`]: deterministic large profiles for benchmarks and load
+//!   tests (the 1 M samples / 100 k stacks figure).
 //! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`.
 //!
 //! ```
@@ -41,6 +43,7 @@
 
 mod layout;
 mod search;
+pub mod synthetic;
 mod table;
 pub mod text;
 mod tree;

@@ -6,9 +6,11 @@
 //! (`cargo xtask build-workers`); `cargo xtask ci` builds both first. Without
 //! them, the tests fail under `CI` and skip with a printed reason elsewhere.
 
+mod browser;
 mod capture;
 mod cases;
 mod cluster;
+mod dashboard;
 
 use std::path::PathBuf;
 

@@ -3,7 +3,6 @@
 
 mod api;
 mod capture;
-mod dashboard;
 mod memory;
 mod process;
 mod storage;

@@ -245,6 +245,14 @@ impl Cluster {
             .arg("--dev")
             .arg("--dev-token")
             .arg(&token);
+        // The dashboard `cargo xtask dist` built beside these binaries
+        // (`target/dist` next to `target/<profile>/`), not whatever path the
+        // control plane's default was compiled with.
+        if let Some(dist) = options.bin_dir.parent().map(|t| t.join("dist"))
+            && dist.join("index.html").is_file()
+        {
+            cmd.arg("--dashboard-dir").arg(dist);
+        }
         let mut proc = cluster.spawn("control-plane", cmd)?;
         cluster.url = format!("http://127.0.0.1:{http_port}");
         cluster.grpc = format!("http://127.0.0.1:{grpc_port}");

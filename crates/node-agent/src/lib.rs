@@ -19,6 +19,7 @@ mod capture;
 pub mod config;
 mod hosting;
 mod ingress;
+mod lease;
 mod metrics;
 mod native;
 mod registry;

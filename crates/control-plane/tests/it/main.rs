@@ -5,6 +5,7 @@ mod api;
 mod capture;
 mod dashboard;
 mod memory;
+mod placement;
 mod process;
 mod storage;
 mod support;

@@ -8,6 +8,7 @@
 
 mod capture;
 mod cases;
+mod memory;
 mod placement;
 
 use std::path::PathBuf;

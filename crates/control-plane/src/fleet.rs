@@ -310,17 +310,19 @@ impl Fleet {
             .insert(machine_id.to_owned(), Instant::now());
     }
 
-    /// Whether `machine_id`'s lease has ended now ([`lease_ended`]), given
-    /// the database's record of its last heartbeat.
-    pub fn lease_ended(&self, machine_id: &str, db_heartbeat_ms: Option<i64>) -> bool {
-        let heard = self
-            .heard
+    fn last_heard(&self, machine_id: &str) -> Option<Instant> {
+        self.heard
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(machine_id)
-            .copied();
+            .copied()
+    }
+
+    /// Whether `machine_id`'s lease has ended now ([`lease_ended`]), given
+    /// the database's record of its last heartbeat.
+    pub fn lease_ended(&self, machine_id: &str, db_heartbeat_ms: Option<i64>) -> bool {
         lease_ended(
-            heard,
+            self.last_heard(machine_id),
             self.started,
             Instant::now(),
             db_heartbeat_ms,
@@ -332,13 +334,7 @@ impl Fleet {
     /// How long `machine_id` has been silent, as this process saw it
     /// (since this process started, if it never heard it).
     pub fn silent_for(&self, machine_id: &str) -> Duration {
-        let heard = self
-            .heard
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(machine_id)
-            .copied();
-        heard
+        self.last_heard(machine_id)
             .map_or(self.started, |h| h.max(self.started))
             .elapsed()
     }

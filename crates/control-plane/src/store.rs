@@ -815,17 +815,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(sql("list machines"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(MachineRecord {
-                    id: r.try_get(0).map_err(sql("read a machine"))?,
-                    data_center: r.try_get(1).map_err(sql("read a machine"))?,
-                    grpc_address: r.try_get(2).map_err(sql("read a machine"))?,
-                    http_address: r.try_get(3).map_err(sql("read a machine"))?,
-                    last_heartbeat_ms: r.try_get(4).map_err(sql("read a machine"))?,
-                })
-            })
-            .collect()
+        rows.iter().map(machine_row).collect()
     }
 
     /// One machine as last recorded, if it ever registered.
@@ -837,16 +827,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await
         .map_err(sql(format!("look up machine {id}")))?;
-        row.map(|r| {
-            Ok(MachineRecord {
-                id: r.try_get(0).map_err(sql("read a machine"))?,
-                data_center: r.try_get(1).map_err(sql("read a machine"))?,
-                grpc_address: r.try_get(2).map_err(sql("read a machine"))?,
-                http_address: r.try_get(3).map_err(sql("read a machine"))?,
-                last_heartbeat_ms: r.try_get(4).map_err(sql("read a machine"))?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(machine_row).transpose()
     }
 
     /// Where a Durable Object lives. Places it with `candidate` (machine,
@@ -1225,6 +1206,18 @@ const SESSION_COLUMNS: &str =
     "id, account_id, script, version_id, version_selector, kind, duration_ms,
     data_center, durable_object, status, error, targets_json, failures_json, machines_total,
     machines_answered, created_at_ms, updated_at_ms";
+
+/// `id, data_center, grpc_address, http_address, last_heartbeat_ms`.
+fn machine_row(r: &AnyRow) -> Result<MachineRecord> {
+    let e = || sql("read a machine");
+    Ok(MachineRecord {
+        id: r.try_get(0).map_err(e())?,
+        data_center: r.try_get(1).map_err(e())?,
+        grpc_address: r.try_get(2).map_err(e())?,
+        http_address: r.try_get(3).map_err(e())?,
+        last_heartbeat_ms: r.try_get(4).map_err(e())?,
+    })
+}
 
 fn session_row(r: &AnyRow) -> Result<SessionRow> {
     let e = || sql("read a session");

@@ -26,6 +26,8 @@ pub struct ClusterOptions {
     pub bin_dir: PathBuf,
     /// Agent heartbeat period.
     pub heartbeat: Duration,
+    /// The control plane's Durable Object lease (its default when `None`).
+    pub durable_object_lease: Option<Duration>,
     /// Remove the state directory first.
     pub fresh: bool,
 }
@@ -40,6 +42,7 @@ impl ClusterOptions {
             state_dir: state_dir.into(),
             bin_dir: default_bin_dir(),
             heartbeat: Duration::from_millis(1000),
+            durable_object_lease: None,
             fresh: true,
         }
     }
@@ -252,6 +255,10 @@ impl Cluster {
             && dist.join("index.html").is_file()
         {
             cmd.arg("--dashboard-dir").arg(dist);
+        }
+        if let Some(lease) = options.durable_object_lease {
+            cmd.arg("--durable-object-lease-ms")
+                .arg(lease.as_millis().to_string());
         }
         let mut proc = cluster.spawn("control-plane", cmd)?;
         cluster.url = format!("http://127.0.0.1:{http_port}");
@@ -491,6 +498,34 @@ impl Cluster {
         Ok(())
     }
 
+    /// Freezes one agent (SIGSTOP): alive, holding its sockets, answering
+    /// nothing, as a machine stalled by a long pause would.
+    pub fn pause_agent(&mut self, machine_id: &str) -> Result<()> {
+        self.signal_agent(machine_id, "-STOP")
+    }
+
+    /// Lets a paused agent run again (SIGCONT).
+    pub fn resume_agent(&mut self, machine_id: &str) -> Result<()> {
+        self.signal_agent(machine_id, "-CONT")
+    }
+
+    fn signal_agent(&mut self, machine_id: &str, signal: &str) -> Result<()> {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == machine_id)
+            .ok_or_else(|| anyhow!("no agent {machine_id}"))?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(p.child.id().to_string())
+            .status()
+            .context("cannot run kill")?;
+        if !status.success() {
+            bail!("kill {signal} {machine_id}: {status}");
+        }
+        Ok(())
+    }
+
     /// Process ids of every child still running.
     pub fn pids(&mut self) -> Vec<u32> {
         self.procs
@@ -529,6 +564,11 @@ fn terminate(child: &mut Child) -> std::io::Result<()> {
     }
     let _ = Command::new("kill")
         .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    // A paused child handles the TERM once it runs again.
+    let _ = Command::new("kill")
+        .arg("-CONT")
         .arg(child.id().to_string())
         .status();
     let start = Instant::now();

@@ -10,7 +10,20 @@
 //! [`MEMORY_WINDOW`] (at most [`MAX_MEMORY_READINGS`] readings per version,
 //! oldest dropped first), with the eviction counters each machine last
 //! reported for the version. [`Fleet::memory`] summarizes a window of it
-//! with nearest-rank percentiles ([`nearest_rank`]).
+//! with nearest-rank percentiles ([`nearest_rank`]). A reading is the
+//! isolate's linear memory in use, or, for an isolate evicted for Exceeded
+//! Memory, the size it tried to grow to (agents report that final reading
+//! once, in the heartbeat after the eviction), so percentiles over a window
+//! with such evictions show the demand above the limit.
+//!
+//! Durable Object leases: a machine holds a lease on the objects placed on
+//! it, renewed by each of its calls (register, heartbeat,
+//! `PlaceDurableObject`). An object moves to another machine only once its
+//! owner has been silent for longer than the lease ([`lease_ended`]), which
+//! is longer than the liveness window; the agent stops serving its objects
+//! when its own count of the lease, started when it *sent* the renewing
+//! call, runs out, so its lease always ends first. Heartbeat replies name
+//! the listed objects now placed elsewhere, and the agent drops them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -19,7 +32,7 @@ use std::time::{Duration, Instant};
 use edgeprof_proto::v1;
 use tonic::{Request, Response, Status};
 
-use crate::store::{MachineRecord, Store, now_ms};
+use crate::store::{DurableObjectKey, MachineRecord, Store, now_ms};
 
 /// A machine as it registered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -105,6 +118,35 @@ pub struct TargetQuery<'a> {
 /// What counts as recent activity.
 pub const RECENT: Duration = Duration::from_secs(60);
 
+/// Default Durable Object lease, in heartbeat intervals.
+pub const DEFAULT_LEASE_INTERVALS: u32 = 4;
+/// Shortest lease accepted, in heartbeat intervals: it must outlast the
+/// liveness window (2.5 intervals) so a machine that is still live never
+/// loses its objects.
+pub const MIN_LEASE_INTERVALS: u32 = 3;
+
+/// Whether a machine's lease on its Durable Objects has ended at `now`: it
+/// has been silent for at least `lease`, counted from its last call this
+/// process saw, or from this process's start (`started`) if later, so a
+/// restarted control plane waits out a full lease before moving anything;
+/// and the database's record of its last heartbeat (`db_heartbeat_ms`,
+/// written by whichever control plane heard it) is at least `lease` older
+/// than `now_ms` too.
+pub fn lease_ended(
+    heard: Option<Instant>,
+    started: Instant,
+    now: Instant,
+    db_heartbeat_ms: Option<i64>,
+    now_ms: i64,
+    lease: Duration,
+) -> bool {
+    let since = heard.map_or(started, |h| h.max(started));
+    let silent = now.saturating_duration_since(since) >= lease;
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let silent_in_db = db_heartbeat_ms.is_none_or(|ms| now_ms.saturating_sub(ms) >= lease_ms);
+    silent && silent_in_db
+}
+
 #[derive(Debug)]
 struct MachineState {
     machine: Machine,
@@ -118,6 +160,14 @@ pub struct Fleet {
     machines: Mutex<HashMap<String, MachineState>>,
     memory: Mutex<HashMap<VersionKey, VersionMemory>>,
     heartbeat_interval: Duration,
+    lease: Duration,
+    started: Instant,
+    /// When each machine last called (register, heartbeat, placement).
+    heard: Mutex<HashMap<String, Instant>>,
+    /// Held while a placement is decided and written, and while a
+    /// heartbeat renews its machine's lease and reads which of its objects
+    /// moved: so a heartbeat either sees a move or prevents it.
+    placements: tokio::sync::Mutex<()>,
 }
 
 /// Longest window of memory readings kept (and the most `window_s` may ask).
@@ -225,13 +275,68 @@ pub fn memory_stats(readings: &mut [u64]) -> MemoryStats {
 }
 
 impl Fleet {
-    /// An empty fleet expecting heartbeats every `heartbeat_interval`.
+    /// An empty fleet expecting heartbeats every `heartbeat_interval`, with
+    /// the default Durable Object lease ([`DEFAULT_LEASE_INTERVALS`]).
     pub fn new(heartbeat_interval: Duration) -> Self {
+        Self::with_lease(
+            heartbeat_interval,
+            heartbeat_interval * DEFAULT_LEASE_INTERVALS,
+        )
+    }
+
+    /// An empty fleet with Durable Object leases of `lease`.
+    pub fn with_lease(heartbeat_interval: Duration, lease: Duration) -> Self {
         Fleet {
             machines: Mutex::new(HashMap::new()),
             memory: Mutex::new(HashMap::new()),
             heartbeat_interval,
+            lease,
+            started: Instant::now(),
+            heard: Mutex::new(HashMap::new()),
+            placements: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// How long a machine's lease on its Durable Objects lasts.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Records a call from `machine_id`: its lease runs from now.
+    pub fn heard(&self, machine_id: &str) {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(machine_id.to_owned(), Instant::now());
+    }
+
+    fn last_heard(&self, machine_id: &str) -> Option<Instant> {
+        self.heard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(machine_id)
+            .copied()
+    }
+
+    /// Whether `machine_id`'s lease has ended now ([`lease_ended`]), given
+    /// the database's record of its last heartbeat.
+    pub fn lease_ended(&self, machine_id: &str, db_heartbeat_ms: Option<i64>) -> bool {
+        lease_ended(
+            self.last_heard(machine_id),
+            self.started,
+            Instant::now(),
+            db_heartbeat_ms,
+            now_ms(),
+            self.lease,
+        )
+    }
+
+    /// How long `machine_id` has been silent, as this process saw it
+    /// (since this process started, if it never heard it).
+    pub fn silent_for(&self, machine_id: &str) -> Duration {
+        self.last_heard(machine_id)
+            .map_or(self.started, |h| h.max(self.started))
+            .elapsed()
     }
 
     /// How long a machine stays live after its last heartbeat: two and a
@@ -257,10 +362,12 @@ impl Fleet {
         self.memory.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a heartbeat (or registration, with no isolates yet).
-    pub fn heartbeat(&self, machine: Machine, isolates: Option<Vec<Isolate>>) {
+    /// Records a heartbeat (or registration, with no isolates yet) and the
+    /// final readings of isolates evicted since the machine's last one
+    /// (memory readings only: they are not listed as isolates).
+    pub fn heartbeat(&self, machine: Machine, isolates: Option<Vec<Isolate>>, evicted: &[Isolate]) {
         if let Some(isolates) = &isolates {
-            self.record_memory(&machine.id, isolates, Instant::now());
+            self.record_readings(&machine.id, isolates.iter().chain(evicted), Instant::now());
         }
         let mut map = self.lock();
         let prev = map.remove(&machine.id);
@@ -367,12 +474,23 @@ impl Fleet {
     /// Adds one heartbeat's memory readings and eviction counters at `now`,
     /// then drops readings older than [`MEMORY_WINDOW`] or beyond
     /// [`MAX_MEMORY_READINGS`], and versions nothing reported for a window.
+    #[cfg(test)]
     fn record_memory(&self, machine_id: &str, isolates: &[Isolate], now: Instant) {
+        self.record_readings(machine_id, isolates.iter(), now);
+    }
+
+    /// [`Fleet::record_memory`] over live and evicted isolates alike.
+    fn record_readings<'a>(
+        &self,
+        machine_id: &str,
+        isolates: impl Iterator<Item = &'a Isolate> + Clone,
+        now: Instant,
+    ) {
         // The agent counts evictions per version and machine and repeats
         // the count on each of the version's isolates: this heartbeat's
         // largest value per version stands for the machine.
         let mut counts: HashMap<(&str, &str, &str), (u64, u64)> = HashMap::new();
-        for i in isolates {
+        for i in isolates.clone() {
             let c = counts
                 .entry((&i.account, &i.script, &i.version_id))
                 .or_insert((0, 0));
@@ -609,7 +727,8 @@ impl v1::registry_server::Registry for RegistryService {
         let m = machine_from_proto(request.into_inner().machine)?;
         record(&self.store, &m).await?;
         tracing::info!(machine = %m.id, data_center = %m.data_center, "agent registered");
-        self.fleet.heartbeat(m, None);
+        self.fleet.heard(&m.id);
+        self.fleet.heartbeat(m, None, &[]);
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: self.fleet.heartbeat_interval().as_millis() as u32,
         }))
@@ -627,28 +746,32 @@ impl v1::registry_server::Registry for RegistryService {
                 req.isolates.len()
             )));
         }
-        let isolates = req
-            .isolates
-            .into_iter()
-            .map(|i| Isolate {
-                id: i.isolate_id,
-                account: i.account,
-                script: i.script,
-                version_id: i.version_id,
-                requests_last_60s: i.requests_last_60s,
-                last_request_unix_ms: i.last_request_unix_ms,
-                durable_objects: i.durable_objects,
-                memory_bytes: i.memory_bytes,
-                evictions: i.evictions,
-                memory_evictions: i.memory_evictions,
-            })
-            .collect();
+        if req.evicted.len() > MAX_ISOLATES_PER_HEARTBEAT {
+            return Err(Status::invalid_argument(format!(
+                "evicted: at most {MAX_ISOLATES_PER_HEARTBEAT} per heartbeat (got {})",
+                req.evicted.len()
+            )));
+        }
+        let isolates: Vec<Isolate> = req.isolates.into_iter().map(isolate_from_proto).collect();
+        let evicted: Vec<Isolate> = req.evicted.into_iter().map(isolate_from_proto).collect();
         record(&self.store, &m).await?;
-        self.fleet.heartbeat(m, Some(isolates));
+        let elsewhere = {
+            // Renew the lease and read which listed objects moved as one
+            // step against placements (see `Fleet::placements`).
+            let _placements = self.fleet.placements.lock().await;
+            self.fleet.heard(&m.id);
+            self.durable_objects_elsewhere(&m.id, &isolates).await?
+        };
+        if !elsewhere.is_empty() {
+            tracing::info!(machine = %m.id, objects = ?elsewhere, "durable objects placed elsewhere: the agent drops them");
+        }
+        self.fleet.heartbeat(m, Some(isolates), &evicted);
         self.metrics.heartbeats.inc();
         let generation = self.store.deployment_generation().await.map_err(internal)?;
         Ok(Response::new(v1::HeartbeatResponse {
             deployment_generation: generation,
+            durable_object_lease_ms: lease_ms(self.fleet.lease()),
+            durable_objects_elsewhere: elsewhere,
         }))
     }
 
@@ -717,25 +840,61 @@ impl v1::registry_server::Registry for RegistryService {
                 req.account, req.script
             )));
         };
-        let fleet = self.fleet.clone();
-        let placement = self
-            .store
-            .place_durable_object(
-                &req.account,
-                &req.script,
-                &req.namespace,
-                &req.object_id.to_ascii_lowercase(),
-                (&asker.id, &version.version_id),
-                |owner| owner == asker.id || fleet.is_live(owner),
-            )
-            .await
-            .map_err(internal)?;
+        let object_id = req.object_id.to_ascii_lowercase();
+        let key = DurableObjectKey {
+            account: &req.account,
+            script: &req.script,
+            namespace: &req.namespace,
+            object_id: &object_id,
+        };
+        // The call renews the asker's lease (its agent counts it from when
+        // it sent the call); the asker's own objects never move to itself.
+        record(&self.store, &asker).await?;
+        let placement = {
+            let _placements = self.fleet.placements.lock().await;
+            self.fleet.heard(&asker.id);
+            let fleet = &self.fleet;
+            self.store
+                .place_durable_object(
+                    &key,
+                    (&asker.id, &version.version_id),
+                    |owner, db_heartbeat_ms| {
+                        owner != asker.id && fleet.lease_ended(owner, db_heartbeat_ms)
+                    },
+                )
+                .await
+                .map_err(internal)?
+        };
+        if placement.created {
+            tracing::info!(
+                object = %format!("{}:{}", req.namespace, object_id),
+                machine = %asker.id,
+                "durable object placed"
+            );
+        }
         let owner = if placement.machine_id == asker.id {
             asker
+        } else if let Some(owner) = self.fleet.machine(&placement.machine_id) {
+            owner
+        } else if let Some(owner) = self
+            .recently_heard_in_database(&placement.machine_id)
+            .await?
+        {
+            owner
         } else {
-            self.fleet
-                .machine(&placement.machine_id)
-                .ok_or_else(|| Status::unavailable("the owner machine just went away; retry"))?
+            // The owner missed the liveness window but still holds its
+            // lease: it may be serving the object, so it cannot move yet,
+            // and it may not answer, so do not send the caller there.
+            let silent = self.fleet.silent_for(&placement.machine_id);
+            let left = self.fleet.lease().saturating_sub(silent);
+            return Err(Status::unavailable(format!(
+                "durable object {}:{object_id} lives on machine {}, which has not been heard from for {:.1} s; \
+                 it moves to a live machine once that machine's lease ends (in {:.1} s at most); retry then",
+                req.namespace,
+                placement.machine_id,
+                silent.as_secs_f64(),
+                left.as_secs_f64(),
+            )));
         };
         Ok(Response::new(v1::PlaceDurableObjectResponse {
             owner: Some(v1::Machine {
@@ -745,7 +904,78 @@ impl v1::registry_server::Registry for RegistryService {
                 http_address: owner.http_address,
             }),
             version_id: placement.version_id,
+            placed_at_ms: placement.placed_at_ms,
+            durable_object_lease_ms: lease_ms(self.fleet.lease()),
         }))
+    }
+}
+
+impl RegistryService {
+    /// `machine_id` as the database records it, if its last heartbeat there
+    /// is within the liveness window: another control plane sharing the
+    /// database hears it, or this one did just before a restart.
+    async fn recently_heard_in_database(
+        &self,
+        machine_id: &str,
+    ) -> Result<Option<Machine>, Status> {
+        let record = self.store.machine(machine_id).await.map_err(internal)?;
+        let window = i64::try_from(self.fleet.expiry().as_millis()).unwrap_or(i64::MAX);
+        Ok(record
+            .filter(|r| now_ms().saturating_sub(r.last_heartbeat_ms) < window)
+            .map(|r| Machine {
+                id: r.id,
+                data_center: r.data_center,
+                grpc_address: r.grpc_address,
+                http_address: r.http_address,
+            }))
+    }
+
+    /// Of the Durable Objects `isolates` list, those placed on another
+    /// machine than `machine_id` (`namespace:id`).
+    async fn durable_objects_elsewhere(
+        &self,
+        machine_id: &str,
+        isolates: &[Isolate],
+    ) -> Result<Vec<String>, Status> {
+        let mut by_script: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        for i in isolates {
+            for d in &i.durable_objects {
+                by_script
+                    .entry((&i.account, &i.script))
+                    .or_default()
+                    .push(d);
+            }
+        }
+        let mut out = Vec::new();
+        for ((account, script), objects) in by_script {
+            out.extend(
+                self.store
+                    .durable_objects_elsewhere(machine_id, account, script, &objects)
+                    .await
+                    .map_err(internal)?,
+            );
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+fn lease_ms(lease: Duration) -> u32 {
+    u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)
+}
+
+fn isolate_from_proto(i: v1::IsolateStatus) -> Isolate {
+    Isolate {
+        id: i.isolate_id,
+        account: i.account,
+        script: i.script,
+        version_id: i.version_id,
+        requests_last_60s: i.requests_last_60s,
+        last_request_unix_ms: i.last_request_unix_ms,
+        durable_objects: i.durable_objects,
+        memory_bytes: i.memory_bytes,
+        evictions: i.evictions,
+        memory_evictions: i.memory_evictions,
     }
 }
 
@@ -766,6 +996,43 @@ mod tests {
             evictions: evictions.0,
             memory_evictions: evictions.1,
         }
+    }
+
+    #[test]
+    fn lease_rules() {
+        let lease = Duration::from_secs(10);
+        let started = Instant::now();
+        let s = Duration::from_secs(1);
+        let now_ms = 1_000_000;
+        let ended = |heard: Option<Instant>, now: Instant, db: Option<i64>| {
+            lease_ended(heard, started, now, db, now_ms, lease)
+        };
+        // Heard 9.999 s ago: held; 10 s ago: ended.
+        let heard = Some(started + s);
+        assert!(!ended(
+            heard,
+            started + 11 * s - Duration::from_millis(1),
+            None
+        ));
+        assert!(ended(heard, started + 11 * s, None));
+        // Never heard by this process: counted from its start, so a
+        // restarted control plane waits out a full lease.
+        assert!(!ended(None, started + 9 * s, None));
+        assert!(ended(None, started + 10 * s, None));
+        // A heartbeat another control plane recorded in the database
+        // within the lease keeps it, whatever this process heard.
+        assert!(!ended(None, started + 60 * s, Some(now_ms - 9_999)));
+        assert!(ended(None, started + 60 * s, Some(now_ms - 10_000)));
+        // A database clock ahead of ours never ends a lease early.
+        assert!(!ended(None, started + 60 * s, Some(now_ms + 5_000)));
+    }
+
+    #[test]
+    fn default_lease_outlasts_the_liveness_window() {
+        let fleet = Fleet::new(Duration::from_secs(2));
+        assert_eq!(fleet.lease(), Duration::from_secs(8));
+        assert!(fleet.lease() > fleet.expiry());
+        assert!(Duration::from_secs(2) * MIN_LEASE_INTERVALS > fleet.expiry());
     }
 
     #[test]
@@ -932,10 +1199,12 @@ mod tests {
         fleet.heartbeat(
             machine("m2", "sjc"),
             Some(vec![iso("z", "v1", 300, (0, 0)), iso("o", "v2", 9, (0, 0))]),
+            &[],
         );
         fleet.heartbeat(
             machine("m1", "lhr"),
             Some(vec![iso("y", "v1", 200, (0, 0))]),
+            &[],
         );
         let m = fleet.memory("acme", "api", "v1", Duration::from_secs(60));
         assert_eq!(

@@ -50,6 +50,10 @@ pub struct Config {
     pub agent_secret: String,
     /// How often agents heartbeat.
     pub heartbeat_interval: Duration,
+    /// How long a machine keeps its Durable Objects after its last call
+    /// (see [`fleet::lease_ended`]); `None`: [`fleet::DEFAULT_LEASE_INTERVALS`]
+    /// heartbeat intervals.
+    pub durable_object_lease: Option<Duration>,
     /// Extra time given to agents beyond a capture's duration.
     pub capture_slack: Duration,
     /// Most concurrent captures of one script.
@@ -71,12 +75,19 @@ impl Config {
             database: database.into(),
             agent_secret: agent_secret.into(),
             heartbeat_interval: Duration::from_secs(5),
+            durable_object_lease: None,
             capture_slack: Duration::from_secs(2),
             max_captures_per_script: 2,
             max_wasm_bytes: 64 << 20,
             dev: None,
             dashboard_dir: dashboard::default_dir(),
         }
+    }
+
+    /// The Durable Object lease in effect.
+    pub fn durable_object_lease(&self) -> Duration {
+        self.durable_object_lease
+            .unwrap_or(self.heartbeat_interval * fleet::DEFAULT_LEASE_INTERVALS)
     }
 
     /// Checks the settings, naming the one that is wrong.
@@ -98,6 +109,18 @@ impl Config {
                 "heartbeat interval: must be 50 ms – 300 s (got {:?})",
                 self.heartbeat_interval
             );
+        }
+        if let Some(lease) = self.durable_object_lease {
+            let min = self.heartbeat_interval * fleet::MIN_LEASE_INTERVALS;
+            if lease < min || lease > Duration::from_secs(3600) {
+                anyhow::bail!(
+                    "durable object lease: must be {} heartbeat intervals ({} ms) – 1 h, \
+                     so it outlasts the liveness window of 2.5 intervals (got {} ms)",
+                    fleet::MIN_LEASE_INTERVALS,
+                    min.as_millis(),
+                    lease.as_millis()
+                );
+            }
         }
         if self.capture_slack > Duration::from_secs(60) {
             anyhow::bail!("capture slack: at most 60 s (got {:?})", self.capture_slack);
@@ -168,7 +191,10 @@ impl ControlPlane {
             None => None,
         };
         let metrics = Arc::new(metrics::Metrics::default());
-        let fleet = Arc::new(fleet::Fleet::new(config.heartbeat_interval));
+        let fleet = Arc::new(fleet::Fleet::with_lease(
+            config.heartbeat_interval,
+            config.durable_object_lease(),
+        ));
         let captures = capture::Captures::new(
             store.clone(),
             metrics.clone(),

@@ -54,6 +54,12 @@ struct Args {
         global = true
     )]
     heartbeat_interval_ms: u64,
+    /// How long a machine keeps its Durable Objects after it was last heard
+    /// from, in milliseconds: an object moves to another machine only after
+    /// its owner has been silent this long (the owner stops serving it
+    /// first). At least 3 heartbeat intervals; default 4.
+    #[arg(long, env = "EDGEPROF_DURABLE_OBJECT_LEASE_MS", global = true)]
+    durable_object_lease_ms: Option<u64>,
     /// Extra time an agent gets beyond a capture's duration, in milliseconds.
     #[arg(
         long,
@@ -127,6 +133,7 @@ fn config(args: &Args) -> Result<Config> {
     c.http_listen = args.http_listen;
     c.grpc_listen = args.grpc_listen;
     c.heartbeat_interval = Duration::from_millis(args.heartbeat_interval_ms);
+    c.durable_object_lease = args.durable_object_lease_ms.map(Duration::from_millis);
     c.capture_slack = Duration::from_millis(args.capture_slack_ms);
     c.max_captures_per_script = args.max_captures_per_script;
     c.dev = args.dev.then(|| DevAccount {

@@ -201,6 +201,19 @@ pub struct MachineRecord {
     pub last_heartbeat_ms: i64,
 }
 
+/// Which Durable Object: `namespace:object_id` of `account/script`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurableObjectKey<'a> {
+    /// Owning account.
+    pub account: &'a str,
+    /// Script implementing it.
+    pub script: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
+    /// 64 lowercase hex characters.
+    pub object_id: &'a str,
+}
+
 /// Where a Durable Object lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -208,6 +221,9 @@ pub struct Placement {
     pub machine_id: String,
     /// Version it runs.
     pub version_id: String,
+    /// When it was placed on that machine (Unix ms); strictly increases
+    /// with every new placement of the object, so it names the placement.
+    pub placed_at_ms: i64,
     /// Whether this call created the placement.
     pub created: bool,
 }
@@ -799,76 +815,177 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(sql("list machines"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(MachineRecord {
-                    id: r.try_get(0).map_err(sql("read a machine"))?,
-                    data_center: r.try_get(1).map_err(sql("read a machine"))?,
-                    grpc_address: r.try_get(2).map_err(sql("read a machine"))?,
-                    http_address: r.try_get(3).map_err(sql("read a machine"))?,
-                    last_heartbeat_ms: r.try_get(4).map_err(sql("read a machine"))?,
-                })
-            })
-            .collect()
+        rows.iter().map(machine_row).collect()
     }
 
-    /// Where a Durable Object lives; places it with `candidate` (machine,
-    /// version) when it has no placement yet or when `owner_alive` says its
-    /// owner is gone.
-    pub async fn place_durable_object(
-        &self,
-        account: &str,
-        script: &str,
-        namespace: &str,
-        object_id: &str,
-        candidate: (&str, &str),
-        owner_alive: impl Fn(&str) -> bool,
-    ) -> Result<Placement> {
-        let _w = self.write.lock().await;
+    /// One machine as last recorded, if it ever registered.
+    pub async fn machine(&self, id: &str) -> Result<Option<MachineRecord>> {
         let row = sqlx::query(
-            "SELECT machine_id, version_id FROM durable_objects
-             WHERE account_id = $1 AND script = $2 AND namespace = $3 AND object_id = $4",
+            "SELECT id, data_center, grpc_address, http_address, last_heartbeat_ms FROM machines WHERE id = $1",
         )
-        .bind(account)
-        .bind(script)
-        .bind(namespace)
-        .bind(object_id)
+        .bind(id)
         .fetch_optional(&self.pool)
         .await
-        .map_err(sql("look up a durable object"))?;
-        if let Some(r) = row {
-            let machine_id: String = r.try_get(0).map_err(sql("read a placement"))?;
-            let version_id: String = r.try_get(1).map_err(sql("read a placement"))?;
-            if owner_alive(&machine_id) {
+        .map_err(sql(format!("look up machine {id}")))?;
+        row.as_ref().map(machine_row).transpose()
+    }
+
+    /// Where a Durable Object lives. Places it with `candidate` (machine,
+    /// version) when it has no placement yet, or moves it there when
+    /// `may_move(owner, owner's last recorded heartbeat in Unix ms)` says
+    /// its owner lost it.
+    ///
+    /// Both writes are conditional (insert if absent; update only the
+    /// placement that was read), so two control planes sharing a database
+    /// agree on one winner: the loser reads the winner's placement.
+    pub async fn place_durable_object(
+        &self,
+        key: &DurableObjectKey<'_>,
+        candidate: (&str, &str),
+        may_move: impl Fn(&str, Option<i64>) -> bool,
+    ) -> Result<Placement> {
+        let _w = self.write.lock().await;
+        // Each round either returns or saw another writer win a race; a
+        // third round would mean a writer racing us continuously.
+        for _ in 0..3 {
+            let current = self.placement(key).await?;
+            let (now, updated) = match current {
+                None => {
+                    let now = now_ms();
+                    let r = sqlx::query(
+                        "INSERT INTO durable_objects (account_id, script, namespace, object_id, machine_id, version_id, placed_at_ms)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (account_id, script, namespace, object_id) DO NOTHING",
+                    )
+                    .bind(key.account)
+                    .bind(key.script)
+                    .bind(key.namespace)
+                    .bind(key.object_id)
+                    .bind(candidate.0)
+                    .bind(candidate.1)
+                    .bind(now)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql("place a durable object"))?;
+                    (now, r.rows_affected())
+                }
+                Some((p, owner_heartbeat_ms)) => {
+                    if !may_move(&p.machine_id, owner_heartbeat_ms) {
+                        return Ok(p);
+                    }
+                    // Strictly later than the placement it replaces, so
+                    // `placed_at_ms` identifies a placement.
+                    let now = now_ms().max(p.placed_at_ms + 1);
+                    let r = sqlx::query(
+                        "UPDATE durable_objects SET machine_id = $5, version_id = $6, placed_at_ms = $7
+                         WHERE account_id = $1 AND script = $2 AND namespace = $3 AND object_id = $4
+                           AND machine_id = $8 AND placed_at_ms = $9",
+                    )
+                    .bind(key.account)
+                    .bind(key.script)
+                    .bind(key.namespace)
+                    .bind(key.object_id)
+                    .bind(candidate.0)
+                    .bind(candidate.1)
+                    .bind(now)
+                    .bind(&p.machine_id)
+                    .bind(p.placed_at_ms)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql("move a durable object"))?;
+                    (now, r.rows_affected())
+                }
+            };
+            if updated == 1 {
                 return Ok(Placement {
-                    machine_id,
-                    version_id,
-                    created: false,
+                    machine_id: candidate.0.to_owned(),
+                    version_id: candidate.1.to_owned(),
+                    placed_at_ms: now,
+                    created: true,
                 });
             }
         }
-        sqlx::query(
-            "INSERT INTO durable_objects (account_id, script, namespace, object_id, machine_id, version_id, placed_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (account_id, script, namespace, object_id) DO UPDATE SET
-                machine_id = excluded.machine_id, version_id = excluded.version_id,
-                placed_at_ms = excluded.placed_at_ms",
+        Err(StoreError::Corrupt(format!(
+            "durable object {}:{}: its placement kept changing under concurrent writers",
+            key.namespace, key.object_id
+        )))
+    }
+
+    /// The placement of a Durable Object and its owner's last recorded
+    /// heartbeat (Unix ms; `None` if the owner never registered).
+    async fn placement(
+        &self,
+        key: &DurableObjectKey<'_>,
+    ) -> Result<Option<(Placement, Option<i64>)>> {
+        let row = sqlx::query(
+            "SELECT d.machine_id, d.version_id, d.placed_at_ms, m.last_heartbeat_ms
+             FROM durable_objects d LEFT JOIN machines m ON m.id = d.machine_id
+             WHERE d.account_id = $1 AND d.script = $2 AND d.namespace = $3 AND d.object_id = $4",
         )
-        .bind(account)
-        .bind(script)
-        .bind(namespace)
-        .bind(object_id)
-        .bind(candidate.0)
-        .bind(candidate.1)
-        .bind(now_ms())
-        .execute(&self.pool)
+        .bind(key.account)
+        .bind(key.script)
+        .bind(key.namespace)
+        .bind(key.object_id)
+        .fetch_optional(&self.pool)
         .await
-        .map_err(sql("place a durable object"))?;
-        Ok(Placement {
-            machine_id: candidate.0.to_owned(),
-            version_id: candidate.1.to_owned(),
-            created: true,
+        .map_err(sql("look up a durable object"))?;
+        row.map(|r| {
+            let e = || sql("read a placement");
+            Ok((
+                Placement {
+                    machine_id: r.try_get(0).map_err(e())?,
+                    version_id: r.try_get(1).map_err(e())?,
+                    placed_at_ms: r.try_get(2).map_err(e())?,
+                    created: false,
+                },
+                r.try_get::<Option<i64>, _>(3).map_err(e())?,
+            ))
         })
+        .transpose()
+    }
+
+    /// Of `objects` (`namespace:id` of `account/script`), those placed on
+    /// a machine other than `machine_id`.
+    pub async fn durable_objects_elsewhere(
+        &self,
+        machine_id: &str,
+        account: &str,
+        script: &str,
+        objects: &[&str],
+    ) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        // Bounded statements: both SQLite and PostgreSQL limit placeholders.
+        for chunk in objects.chunks(500) {
+            let ids: Vec<(&str, &str)> = chunk.iter().filter_map(|o| o.split_once(':')).collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let placeholders: Vec<String> = (0..ids.len()).map(|i| format!("${}", i + 4)).collect();
+            let text = format!(
+                "SELECT namespace, object_id FROM durable_objects
+                 WHERE account_id = $1 AND script = $2 AND machine_id <> $3 AND object_id IN ({})",
+                placeholders.join(", ")
+            );
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(text))
+                .bind(account)
+                .bind(script)
+                .bind(machine_id);
+            for (_, id) in &ids {
+                q = q.bind(*id);
+            }
+            let rows = q
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("look up durable objects placed elsewhere"))?;
+            for r in rows {
+                let namespace: String = r.try_get(0).map_err(sql("read a placement"))?;
+                let id: String = r.try_get(1).map_err(sql("read a placement"))?;
+                if ids.iter().any(|(n, i)| *n == namespace && *i == id) {
+                    out.push(format!("{namespace}:{id}"));
+                }
+            }
+        }
+        Ok(out)
     }
 
     // ---- capture sessions and profiles ----
@@ -1089,6 +1206,18 @@ const SESSION_COLUMNS: &str =
     "id, account_id, script, version_id, version_selector, kind, duration_ms,
     data_center, durable_object, status, error, targets_json, failures_json, machines_total,
     machines_answered, created_at_ms, updated_at_ms";
+
+/// `id, data_center, grpc_address, http_address, last_heartbeat_ms`.
+fn machine_row(r: &AnyRow) -> Result<MachineRecord> {
+    let e = || sql("read a machine");
+    Ok(MachineRecord {
+        id: r.try_get(0).map_err(e())?,
+        data_center: r.try_get(1).map_err(e())?,
+        grpc_address: r.try_get(2).map_err(e())?,
+        http_address: r.try_get(3).map_err(e())?,
+        last_heartbeat_ms: r.try_get(4).map_err(e())?,
+    })
+}
 
 fn session_row(r: &AnyRow) -> Result<SessionRow> {
     let e = || sql("read a session");

@@ -4,7 +4,14 @@
 //! dedicated OS thread that takes jobs from a channel. A [`Pool`] per script
 //! version grows to `max_isolates_per_version` when every isolate is busy and
 //! shrinks when isolates sit idle. A Durable Object gets an isolate of its own
-//! that is never shared and never reclaimed while the object lives here.
+//! that is never shared and never reclaimed while the object lives here, and
+//! is served only while its placement lease holds ([`crate::lease`]): every
+//! request to it carries the lease's end, and the isolate thread refuses a
+//! request it would start later ([`ServeError::Fenced`]).
+//!
+//! An isolate evicted for exceeding its memory limit keeps, as its final
+//! memory reading, the size it tried to grow to; evicted isolates wait in a
+//! queue until a heartbeat has reported that reading ([`Hosting::take_evicted`]).
 //!
 //! Profiling never goes through the job channel: the capture path holds a
 //! [`ProfilerHandle`] per isolate and flips it from another thread while
@@ -12,15 +19,18 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use edgeprof_sampler::{
-    EvictionReason, Isolate, Limits, Module, ProfilerHandle, Request, Response, Runtime,
+    EvictionReason, Isolate, IsolateError, Limits, Module, ProfilerHandle, Request, Response,
+    Runtime,
 };
 use tokio::sync::oneshot;
 
+use crate::lease::{Leases, Lookup};
 use crate::metrics::Metrics;
 
 /// What a request to an isolate can end in, besides a response.
@@ -30,9 +40,17 @@ pub enum ServeError {
     Worker(String),
     /// The isolate is gone (evicted or shut down) before answering.
     Gone,
+    /// The Durable Object's lease ran out before the request could start.
+    Fenced,
 }
 
-type Job = (Request, oneshot::Sender<Result<Response, ServeError>>);
+/// A request, the latest moment it may start (a Durable Object's lease
+/// end), and where the answer goes.
+type Job = (
+    Request,
+    Option<Instant>,
+    oneshot::Sender<Result<Response, ServeError>>,
+);
 
 /// Requests per second over the last 60 seconds.
 #[derive(Debug)]
@@ -114,7 +132,8 @@ impl Slot {
         self.last_request_ms.load(Ordering::Relaxed)
     }
 
-    /// Linear memory in use, as of the last request.
+    /// Linear memory in use, as of the last request; for an isolate
+    /// evicted for exceeding memory, the size it tried to grow to.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes.load(Ordering::Relaxed)
     }
@@ -126,12 +145,17 @@ impl Slot {
             .elapsed()
     }
 
-    /// Sends `request` to the isolate and waits for its answer.
-    pub async fn serve(&self, request: Request) -> Result<Response, ServeError> {
+    /// Sends `request` to the isolate and waits for its answer; the
+    /// isolate refuses to start it after `start_by` ([`ServeError::Fenced`]).
+    pub async fn serve(
+        &self,
+        request: Request,
+        start_by: Option<Instant>,
+    ) -> Result<Response, ServeError> {
         let (tx, rx) = oneshot::channel();
         self.queued.fetch_add(1, Ordering::Relaxed);
         *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-        if self.jobs.send((request, tx)).is_err() {
+        if self.jobs.send((request, start_by, tx)).is_err() {
             self.queued.fetch_sub(1, Ordering::Relaxed);
             return Err(ServeError::Gone);
         }
@@ -158,6 +182,33 @@ pub struct Pool {
     pub evictions: Arc<EvictionCounts>,
 }
 
+/// A Durable Object placed here: the version it was placed with and its
+/// current isolate.
+#[derive(Debug)]
+struct PlacedObject {
+    version: VersionRef,
+    slot: Arc<Slot>,
+}
+
+/// Most evicted isolates kept for the next heartbeat; beyond it the oldest
+/// readings go (with a warning), so an agent cut off from the control plane
+/// stays bounded.
+pub const MAX_EVICTED_KEPT: usize = 10_000;
+
+/// Evicted isolates whose final reading no heartbeat has reported yet.
+type EvictedQueue = Mutex<std::collections::VecDeque<Arc<Slot>>>;
+
+/// Where a Durable Object's requests go on this machine.
+#[derive(Debug)]
+pub enum ObjectHere {
+    /// Its isolate, and the end of its lease (start nothing later).
+    Serving(Arc<Slot>, Instant),
+    /// Placed here, but its lease ran out: ask the control plane.
+    Fenced,
+    /// Not placed here.
+    Absent,
+}
+
 /// Everything this machine hosts.
 pub struct Hosting {
     runtime: Runtime,
@@ -166,8 +217,9 @@ pub struct Hosting {
     machine_id: String,
     next_id: AtomicU64,
     pools: Mutex<HashMap<String, Pool>>,
-    /// Objects placed here: the version they run and their current isolate.
-    durable_objects: Mutex<HashMap<String, (VersionRef, Arc<Slot>)>>,
+    /// Objects placed here, with their leases.
+    durable_objects: Mutex<Leases<PlacedObject>>,
+    evicted: Arc<EvictedQueue>,
     metrics: Arc<Metrics>,
 }
 
@@ -208,7 +260,8 @@ impl Hosting {
             machine_id,
             next_id: AtomicU64::new(1),
             pools: Mutex::new(HashMap::new()),
-            durable_objects: Mutex::new(HashMap::new()),
+            durable_objects: Mutex::new(Leases::default()),
+            evicted: Arc::default(),
             metrics,
         }
     }
@@ -235,37 +288,88 @@ impl Hosting {
         }
     }
 
-    /// Places Durable Object `key` (`namespace:id`) here, running `version`,
-    /// and returns its isolate (the existing one if it is already here).
-    pub fn place_durable_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
-        let mut dos = self
-            .durable_objects
+    fn lock_objects(&self) -> std::sync::MutexGuard<'_, Leases<PlacedObject>> {
+        // Every update leaves the table consistent (one insert or remove).
+        self.durable_objects
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some((_, slot)) = dos.get(key).filter(|(_, s)| s.is_live()) {
-            return Ok(slot.clone());
-        }
-        let slot = self.spawn_object(key, version)?;
-        dos.insert(key.to_owned(), (version.clone(), slot.clone()));
-        Ok(slot)
+            .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The isolate of Durable Object `key` if it is placed here — recreated
-    /// on the version it was placed with when its isolate was evicted —
-    /// or `None` if it is not placed here.
-    pub fn durable_object(&self, key: &str) -> Option<Result<Arc<Slot>>> {
-        let mut dos = self
-            .durable_objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let (version, slot) = dos.get_mut(key)?;
-        if !slot.is_live() {
-            match self.spawn_object(key, version) {
-                Ok(fresh) => *slot = fresh,
-                Err(e) => return Some(Err(e)),
+    /// Where requests for Durable Object `key` (`namespace:id`) go here. A
+    /// leased object whose isolate was evicted gets a fresh isolate of the
+    /// version it was placed with.
+    pub fn durable_object(&self, key: &str) -> Result<ObjectHere> {
+        let mut objects = self.lock_objects();
+        let until = match objects.lookup(key, Instant::now()) {
+            Lookup::Absent => return Ok(ObjectHere::Absent),
+            Lookup::Fenced => return Ok(ObjectHere::Fenced),
+            Lookup::Serving { value, until } if value.slot.is_live() => {
+                return Ok(ObjectHere::Serving(value.slot.clone(), until));
             }
+            Lookup::Serving { until, .. } => until,
+        };
+        let placed = objects.get_mut(key).expect("looked up just now");
+        placed.slot = self.spawn_object(key, &placed.version)?;
+        Ok(ObjectHere::Serving(placed.slot.clone(), until))
+    }
+
+    /// The control plane answered a call sent at `sent`: `key` lives here
+    /// under placement `placed_at_ms`, running `version`, leased for
+    /// `lease`. Keeps the isolate of that placement (its state) or starts
+    /// one; returns it and its lease's end.
+    pub fn confirm_durable_object(
+        &self,
+        key: &str,
+        version: &VersionRef,
+        placed_at_ms: i64,
+        sent: Instant,
+        lease: Duration,
+    ) -> Result<(Arc<Slot>, Instant)> {
+        let mut objects = self.lock_objects();
+        let (placed, until, replaced) = objects.confirm(key, placed_at_ms, sent, lease, || {
+            Ok::<_, anyhow::Error>(PlacedObject {
+                version: version.clone(),
+                slot: self.spawn_object(key, version)?,
+            })
+        })?;
+        let slot = placed.slot.clone();
+        if let Some(old) = replaced {
+            tracing::info!(object = %key, isolate = %old.slot.id, "stale copy of a durable object replaced");
+            old.slot.retire();
         }
-        Some(Ok(slot.clone()))
+        if slot.is_live() {
+            return Ok((slot, until));
+        }
+        drop(objects);
+        // Evicted while fenced: recreate it on its version.
+        match self.durable_object(key)? {
+            ObjectHere::Serving(slot, until) => Ok((slot, until)),
+            _ => anyhow::bail!("durable object {key}: its lease ended while it was confirmed"),
+        }
+    }
+
+    /// Drops Durable Object `key`: the control plane placed it elsewhere.
+    pub fn drop_durable_object(&self, key: &str) {
+        if let Some(old) = self.lock_objects().remove(key) {
+            tracing::info!(object = %key, isolate = %old.slot.id, "durable object placed elsewhere: dropped");
+            old.slot.retire();
+        }
+    }
+
+    /// A heartbeat sent at `sent` listing `listed` was acknowledged with
+    /// `lease`, naming `elsewhere` as now placed on other machines.
+    pub fn durable_objects_renewed(
+        &self,
+        listed: &[String],
+        elsewhere: &[String],
+        sent: Instant,
+        lease: Duration,
+    ) {
+        let dropped = self.lock_objects().renewed(listed, elsewhere, sent, lease);
+        for (key, old) in dropped {
+            tracing::info!(object = %key, isolate = %old.slot.id, "durable object placed elsewhere: dropped");
+            old.slot.retire();
+        }
     }
 
     fn spawn_object(&self, key: &str, version: &VersionRef) -> Result<Arc<Slot>> {
@@ -292,14 +396,31 @@ impl Hosting {
             out.extend(pool.slots.iter().filter(|s| s.is_live()).cloned());
         }
         out.extend(
-            self.durable_objects
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+            self.lock_objects()
                 .values()
-                .filter(|(_, s)| s.is_live())
-                .map(|(_, s)| s.clone()),
+                .filter(|o| o.slot.is_live())
+                .map(|o| o.slot.clone()),
         );
         out
+    }
+
+    /// Isolates evicted since the last call, oldest first, at most `max`
+    /// (the rest stay for the next call). Put them back with
+    /// [`Hosting::restore_evicted`] if the heartbeat carrying them fails.
+    pub fn take_evicted(&self, max: usize) -> Vec<Arc<Slot>> {
+        let mut q = self.evicted.lock().unwrap_or_else(|e| e.into_inner());
+        let n = q.len().min(max);
+        q.drain(..n).collect()
+    }
+
+    /// Returns evicted isolates a failed heartbeat could not report, ahead
+    /// of any evicted since.
+    pub fn restore_evicted(&self, slots: Vec<Arc<Slot>>) {
+        let mut q = self.evicted.lock().unwrap_or_else(|e| e.into_inner());
+        for s in slots.into_iter().rev() {
+            q.push_front(s);
+        }
+        bound_evicted(&mut q);
     }
 
     /// The live isolate with this id.
@@ -315,8 +436,8 @@ impl Hosting {
             .get(version_id)
             .map(|p| {
                 (
-                    p.evictions.total.load(Ordering::Relaxed),
-                    p.evictions.memory.load(Ordering::Relaxed),
+                    p.evictions.total.load(Ordering::Acquire),
+                    p.evictions.memory.load(Ordering::Acquire),
                 )
             })
             .unwrap_or((0, 0))
@@ -380,24 +501,79 @@ impl Hosting {
         });
         let thread_slot = slot.clone();
         let metrics = self.metrics.clone();
+        let evicted = self.evicted.clone();
         std::thread::Builder::new()
             .name(format!("isolate-{id}"))
-            .spawn(move || serve_loop(isolate, rx, thread_slot, metrics, evictions))
+            .spawn(move || {
+                serve_loop(
+                    isolate,
+                    rx,
+                    thread_slot,
+                    Counters {
+                        metrics,
+                        evictions,
+                        evicted,
+                    },
+                )
+            })
             .context("cannot start an isolate thread")?;
         Ok(slot)
     }
 }
 
+impl Slot {
+    /// Stops serving: queued and later requests get [`ServeError::Gone`].
+    fn retire(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+}
+
+fn bound_evicted(q: &mut std::collections::VecDeque<Arc<Slot>>) {
+    if q.len() > MAX_EVICTED_KEPT {
+        let n = q.len() - MAX_EVICTED_KEPT;
+        q.drain(..n);
+        tracing::warn!(
+            "{n} evicted isolates' final memory readings dropped unreported (no heartbeat got through)"
+        );
+    }
+}
+
+/// Where an isolate thread counts what happens to it.
+struct Counters {
+    metrics: Arc<Metrics>,
+    /// Of the isolate's version.
+    evictions: Arc<EvictionCounts>,
+    /// Evicted isolates awaiting a heartbeat.
+    evicted: Arc<EvictedQueue>,
+}
+
+/// How often an idle isolate thread checks whether it was retired.
+const RETIRED_CHECK: Duration = Duration::from_secs(1);
+
 fn serve_loop(
     mut isolate: Isolate,
     jobs: std::sync::mpsc::Receiver<Job>,
     slot: Arc<Slot>,
-    metrics: Arc<Metrics>,
-    evictions: Arc<EvictionCounts>,
+    counters: Counters,
 ) {
-    while let Ok((request, reply)) = jobs.recv() {
-        if slot.gone.load(Ordering::Acquire) {
+    loop {
+        // The slot holds the channel's sender, so the channel never closes
+        // while this thread holds the slot: a retired isolate (reclaimed,
+        // replaced, dropped) is noticed here, and its thread exits.
+        let (request, start_by, reply) = match jobs.recv_timeout(RETIRED_CHECK) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) if slot.is_live() => continue,
+            Err(_) => return,
+        };
+        if !slot.is_live() {
             let _ = reply.send(Err(ServeError::Gone));
+            while let Ok((_, _, reply)) = jobs.try_recv() {
+                let _ = reply.send(Err(ServeError::Gone));
+            }
+            return;
+        }
+        if start_by.is_some_and(|t| Instant::now() >= t) {
+            let _ = reply.send(Err(ServeError::Fenced));
             continue;
         }
         let started = Instant::now();
@@ -408,21 +584,37 @@ fn serve_loop(
             .unwrap_or_else(|e| e.into_inner())
             .record((now_ms / 1000) as u64);
         slot.last_request_ms.store(now_ms, Ordering::Relaxed);
-        slot.memory_bytes
-            .store(isolate.memory_bytes() as u64, Ordering::Relaxed);
-        metrics.request(result.is_ok(), started.elapsed());
-        let _ = reply.send(result.map_err(|e| ServeError::Worker(e.to_string())));
-        if let Some(reason) = isolate.eviction() {
-            let memory = reason == EvictionReason::ExceededMemory;
-            evictions.total.fetch_add(1, Ordering::Relaxed);
-            if memory {
-                evictions.memory.fetch_add(1, Ordering::Relaxed);
-            }
-            metrics.eviction(memory);
-            tracing::info!(isolate = %slot.id, script = %slot.script, ?reason, "isolate evicted");
+        // The final reading of an isolate evicted for exceeding memory is
+        // the size it tried to reach: that is the demand the limit cut off.
+        let memory = match &result {
+            Err(IsolateError::ExceededMemory { requested, .. }) => *requested as u64,
+            _ => isolate.memory_bytes() as u64,
+        };
+        slot.memory_bytes.store(memory, Ordering::Relaxed);
+        counters.metrics.request(result.is_ok(), started.elapsed());
+        let evicted = isolate.eviction();
+        if let Some(reason) = evicted {
+            // Retired and queued for the next heartbeat before the counters
+            // move and before the caller hears of it: a heartbeat that counts
+            // the eviction also carries the final reading.
             slot.gone.store(true, Ordering::Release);
+            {
+                let mut q = counters.evicted.lock().unwrap_or_else(|e| e.into_inner());
+                q.push_back(slot.clone());
+                bound_evicted(&mut q);
+            }
+            let exceeded_memory = reason == EvictionReason::ExceededMemory;
+            counters.evictions.total.fetch_add(1, Ordering::Release);
+            if exceeded_memory {
+                counters.evictions.memory.fetch_add(1, Ordering::Release);
+            }
+            counters.metrics.eviction(exceeded_memory);
+            tracing::info!(isolate = %slot.id, script = %slot.script, ?reason, memory_bytes = memory, "isolate evicted");
+        }
+        let _ = reply.send(result.map_err(|e| ServeError::Worker(e.to_string())));
+        if evicted.is_some() {
             // Requests already queued get `Gone` and are retried by the caller.
-            while let Ok((_, reply)) = jobs.try_recv() {
+            while let Ok((_, _, reply)) = jobs.try_recv() {
                 let _ = reply.send(Err(ServeError::Gone));
             }
             return;

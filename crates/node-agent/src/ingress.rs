@@ -5,11 +5,17 @@
 //! - `/do/{namespace}/{id}/…` goes to the one isolate of that Durable Object;
 //!   the namespace names the script that implements it. A machine that does
 //!   not own the object asks the control plane where it lives (placing it here
-//!   on first use) and forwards the request there.
+//!   on first use) and forwards the request there. A machine serves an object
+//!   only while its lease holds ([`crate::lease`]); a request for a fenced
+//!   object, or forwarded to a machine that no longer owns it, is resolved
+//!   again through the control plane, never served from a stale copy. A
+//!   forwarded request that reaches a machine the object does not live on
+//!   is answered `421 Misdirected Request`, and the forwarding machine asks
+//!   the control plane once more.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -20,7 +26,7 @@ use axum::routing::{any, get};
 use edgeprof_sampler::Request as WorkerRequest;
 use rand::Rng;
 
-use crate::hosting::{Hosting, ServeError, Slot, VersionRef};
+use crate::hosting::{Hosting, ObjectHere, ServeError, Slot, VersionRef};
 use crate::metrics::Metrics;
 use crate::registry::{DeployedScript, Registry};
 
@@ -28,6 +34,12 @@ use crate::registry::{DeployedScript, Registry};
 pub const MAX_BODY: usize = 1 << 20;
 /// Header marking a request forwarded by another agent (loops are refused).
 pub const FORWARDED: &str = "x-edgeprof-forwarded";
+/// Header on an agent's own `421` for a Durable Object it does not hold
+/// (so a worker's 421 is passed on, not taken for one).
+pub const MISDIRECTED: &str = "x-edgeprof-misdirected";
+/// How many times one Durable Object request is routed (the first try plus
+/// re-resolutions after a fenced isolate or a misdirected forward).
+const DURABLE_OBJECT_ATTEMPTS: usize = 3;
 
 /// Shared state of the ingress.
 #[derive(Debug, Clone)]
@@ -219,10 +231,10 @@ async fn serve(request: WorkerRequest, pick: impl Fn() -> anyhow::Result<Arc<Slo
             Ok(slot) => slot,
             Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
         };
-        match slot.serve(request.clone()).await {
+        match slot.serve(request.clone(), None).await {
             Ok(r) => return worker_response(r),
             Err(ServeError::Worker(msg)) => return error(StatusCode::INTERNAL_SERVER_ERROR, msg),
-            Err(ServeError::Gone) => continue,
+            Err(ServeError::Gone | ServeError::Fenced) => continue,
         }
     }
     error(
@@ -263,52 +275,106 @@ async fn durable_object(
     }
     let key = format!("{namespace}:{id}");
     let forwarded = headers.contains_key(FORWARDED);
-
-    if s.hosting.durable_object(&key).is_none() {
-        let remote = s
-            .remote_objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
-        let owner_http = match remote {
-            Some(url) => url,
-            None => match place(&s, &namespace, &id, &key).await {
-                Ok(None) => String::new(),
-                Ok(Some(url)) => url,
-                Err(r) => return r,
-            },
+    let request = worker_request(&method, &uri, &headers, body.clone(), 3);
+    // After a fenced isolate or a misdirected forward, ask the control
+    // plane rather than trust what this machine remembers.
+    let mut ask = false;
+    for _ in 0..DURABLE_OBJECT_ATTEMPTS {
+        let route = match route_object(&s, &namespace, &id, &key, forwarded || ask).await {
+            Ok(route) => route,
+            Err(r) => return r,
         };
-        if !owner_http.is_empty() {
-            if forwarded {
-                return error(
-                    StatusCode::LOOP_DETECTED,
-                    format!("durable object {key} forwarded here but it lives at {owner_http}"),
-                );
+        match route {
+            ObjectRoute::Here(slot, until) => {
+                match slot.serve(request.clone(), Some(until)).await {
+                    Ok(r) => return worker_response(r),
+                    Err(ServeError::Worker(msg)) => {
+                        return error(StatusCode::INTERNAL_SERVER_ERROR, msg);
+                    }
+                    // Evicted: the next lookup recreates its isolate.
+                    Err(ServeError::Gone) => {}
+                    Err(ServeError::Fenced) => ask = true,
+                }
             }
-            return forward(&s, &owner_http, &method, &uri, &headers, body).await;
+            ObjectRoute::Elsewhere(owner_http) if forwarded => {
+                let mut r = error(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    format!(
+                        "durable object {key} does not live on this machine; it lives at {owner_http}"
+                    ),
+                );
+                r.headers_mut()
+                    .insert(MISDIRECTED, axum::http::HeaderValue::from_static("1"));
+                return r;
+            }
+            ObjectRoute::Elsewhere(owner_http) => {
+                match forward(&s, &owner_http, &method, &uri, &headers, body.clone()).await {
+                    Forwarded::Answer(r) => return r,
+                    Forwarded::Misdirected => {
+                        s.remote_objects
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&key);
+                        ask = true;
+                    }
+                }
+            }
         }
     }
-    let request = worker_request(&method, &uri, &headers, body, 3);
-    serve(request, || {
-        s.hosting.durable_object(&key).unwrap_or_else(|| {
-            Err(anyhow::anyhow!(
-                "durable object {key} is no longer placed here"
-            ))
-        })
-    })
-    .await
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "durable object {key}: its placement kept changing while routing this request; retry"
+        ),
+    )
 }
 
-/// Asks the control plane where object `key` lives. Placed here: starts its
-/// isolate on the placed version and returns `None`; elsewhere: remembers
-/// and returns the owner's HTTP base URL.
-async fn place(
+/// Where one request for a Durable Object goes.
+enum ObjectRoute {
+    /// Its isolate here, and the end of its lease.
+    Here(Arc<Slot>, Instant),
+    /// The owner's HTTP base URL.
+    Elsewhere(String),
+}
+
+/// Where the request for object `key` goes: its isolate here while leased;
+/// else, unless `ask`, the owner this machine remembers; else wherever the
+/// control plane says (placing it here on first use).
+async fn route_object(
     s: &Ingress,
     namespace: &str,
     id: &str,
     key: &str,
-) -> Result<Option<String>, Response> {
+    ask: bool,
+) -> Result<ObjectRoute, Response> {
+    let here = s
+        .hosting
+        .durable_object(key)
+        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    match here {
+        ObjectHere::Serving(slot, until) => return Ok(ObjectRoute::Here(slot, until)),
+        ObjectHere::Fenced => {}
+        ObjectHere::Absent if ask => {}
+        ObjectHere::Absent => {
+            let remembered = s
+                .remote_objects
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(key)
+                .cloned();
+            if let Some(url) = remembered {
+                return Ok(ObjectRoute::Elsewhere(url));
+            }
+        }
+    }
+    place(s, namespace, id, key).await
+}
+
+/// Asks the control plane where object `key` lives. Here: confirms (or
+/// starts) its isolate for the placement and lease the answer grants.
+/// Elsewhere: drops any copy kept here, remembers the owner and returns its
+/// HTTP base URL.
+async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<ObjectRoute, Response> {
     let script = match s.registry.script(namespace).await {
         Ok(Some(d)) => d,
         Ok(None) => {
@@ -319,19 +385,24 @@ async fn place(
         }
         Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
     };
-    let placed = s
+    let (placed, sent) = s
         .registry
         .place_durable_object(&script.account, namespace, namespace, id)
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
     let owner = placed.owner.unwrap_or_default();
     if owner.id != s.registry.machine.id {
+        s.hosting.drop_durable_object(key);
         s.remote_objects
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key.to_owned(), owner.http_address.clone());
-        return Ok(Some(owner.http_address));
+        return Ok(ObjectRoute::Elsewhere(owner.http_address));
     }
+    s.remote_objects
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(key);
     let sha = script
         .versions
         .iter()
@@ -349,10 +420,25 @@ async fn place(
         )
         .await
         .map_err(|e| error(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
-    s.hosting
-        .place_durable_object(key, &version)
+    let (slot, until) = s
+        .hosting
+        .confirm_durable_object(
+            key,
+            &version,
+            placed.placed_at_ms,
+            sent,
+            Duration::from_millis(u64::from(placed.durable_object_lease_ms)),
+        )
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
-    Ok(None)
+    Ok(ObjectRoute::Here(slot, until))
+}
+
+/// What forwarding a request to an object's owner gave.
+enum Forwarded {
+    /// The owner's answer (or why it could not be reached), for the client.
+    Answer(Response),
+    /// The machine does not hold the object (any more): resolve again.
+    Misdirected,
 }
 
 async fn forward(
@@ -362,7 +448,7 @@ async fn forward(
     uri: &Uri,
     headers: &HeaderMap,
     body: Bytes,
-) -> Response {
+) -> Forwarded {
     s.metrics.forwarded();
     let url = format!(
         "{}{}",
@@ -383,6 +469,12 @@ async fn forward(
         }
     }
     match req.send().await {
+        Ok(resp)
+            if resp.status() == reqwest::StatusCode::MISDIRECTED_REQUEST
+                && resp.headers().contains_key(MISDIRECTED) =>
+        {
+            Forwarded::Misdirected
+        }
         Ok(resp) => {
             let status =
                 StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -392,12 +484,12 @@ async fn forward(
                     builder = builder.header(k.as_str(), v.as_bytes());
                 }
             }
-            match resp.bytes().await {
+            Forwarded::Answer(match resp.bytes().await {
                 Ok(b) => builder
                     .body(Body::from(b))
                     .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad forwarded response")),
                 Err(e) => error(StatusCode::BAD_GATEWAY, format!("forward to {base}: {e}")),
-            }
+            })
         }
         Err(e) => {
             // The owner may be gone: forget it so the next request asks again.
@@ -405,10 +497,10 @@ async fn forward(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|_, v| v != base);
-            error(
+            Forwarded::Answer(error(
                 StatusCode::BAD_GATEWAY,
                 format!("forward to the object's machine {base}: {e}"),
-            )
+            ))
         }
     }
 }

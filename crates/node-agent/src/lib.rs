@@ -8,6 +8,7 @@
 //!
 //! Modules: [`config`] (flags → validated config), `hosting` (isolates on
 //! their threads, pools per version, Durable Objects), `ingress` (HTTP),
+//! `lease` (which Durable Objects may be served, and until when),
 //! `registry` (control plane client), `capture` (gRPC service), `metrics`,
 //! `native` (pprof-rs self-profile).
 //!
@@ -19,6 +20,7 @@ mod capture;
 pub mod config;
 mod hosting;
 mod ingress;
+mod lease;
 mod metrics;
 mod native;
 mod registry;

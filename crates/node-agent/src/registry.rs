@@ -1,15 +1,22 @@
 //! The agent's side of the control plane's `Registry`: register, heartbeat,
 //! follow the deployment, fetch modules, place Durable Objects.
+//!
+//! A heartbeat also reports the final memory reading of every isolate
+//! evicted since the last acknowledged one (put back for the next one if it
+//! fails), and its answer renews the leases of the Durable Objects it listed
+//! and names those placed elsewhere, which are dropped
+//! ([`crate::lease`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use edgeprof_proto::v1::{self, registry_client::RegistryClient};
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
-use crate::hosting::{Hosting, VersionRef};
+use crate::hosting::{Hosting, Slot, VersionRef};
 
 /// Most isolates reported in one heartbeat, so a message stays well under
 /// gRPC's 4 MiB default.
@@ -83,30 +90,47 @@ impl Registry {
         Ok(resp.into_inner().heartbeat_interval_ms)
     }
 
-    /// Sends one heartbeat with the state of every isolate; refetches the
-    /// deployment when its generation changed.
+    /// Sends one heartbeat with the state of every isolate and the final
+    /// readings of isolates evicted since the last one; renews the leases
+    /// of the Durable Objects it listed and drops those placed elsewhere;
+    /// refetches the deployment when its generation changed.
     pub async fn heartbeat(&self, hosting: &Hosting) -> Result<()> {
         let slots = hosting.slots();
         let omitted = slots.len().saturating_sub(MAX_ISOLATES_PER_HEARTBEAT);
-        let isolates = slots
+        let status = |s: &Slot| {
+            let (evictions, memory_evictions) = hosting.evictions(&s.version_id);
+            v1::IsolateStatus {
+                isolate_id: s.id.clone(),
+                script: s.script.clone(),
+                version_id: s.version_id.clone(),
+                account: s.account.clone(),
+                requests_last_60s: s.requests_last_60s(),
+                last_request_unix_ms: s.last_request_ms(),
+                durable_objects: s.durable_object.iter().cloned().collect(),
+                memory_bytes: s.memory_bytes(),
+                evictions,
+                memory_evictions,
+            }
+        };
+        let isolates: Vec<v1::IsolateStatus> = slots
             .iter()
             .take(MAX_ISOLATES_PER_HEARTBEAT)
-            .map(|s| {
-                let (evictions, memory_evictions) = hosting.evictions(&s.version_id);
-                v1::IsolateStatus {
-                    isolate_id: s.id.clone(),
-                    script: s.script.clone(),
-                    version_id: s.version_id.clone(),
-                    account: s.account.clone(),
-                    requests_last_60s: s.requests_last_60s(),
-                    last_request_unix_ms: s.last_request_ms(),
-                    durable_objects: s.durable_object.iter().cloned().collect(),
-                    memory_bytes: s.memory_bytes(),
-                    evictions,
-                    memory_evictions,
-                }
+            .map(|s| status(s))
+            .collect();
+        let listed: Vec<String> = isolates
+            .iter()
+            .flat_map(|i| i.durable_objects.iter().cloned())
+            .collect();
+        let evicted_slots = hosting.take_evicted(MAX_ISOLATES_PER_HEARTBEAT);
+        let evicted = evicted_slots
+            .iter()
+            .map(|s| v1::IsolateStatus {
+                durable_objects: Vec::new(),
+                ..status(s)
             })
             .collect();
+        // The leases this heartbeat renews count from now, before sending.
+        let sent = Instant::now();
         let resp = self
             .client
             .clone()
@@ -114,12 +138,24 @@ impl Registry {
                 machine: Some(self.machine.clone()),
                 isolates,
                 isolates_omitted: omitted as u32,
+                evicted,
             }))
-            .await
-            .map_err(|s| anyhow!("heartbeat: {}", s.message()))?;
-        let generation = resp.into_inner().deployment_generation;
+            .await;
+        let resp = match resp {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                hosting.restore_evicted(evicted_slots);
+                bail!("heartbeat: {}", s.message());
+            }
+        };
+        hosting.durable_objects_renewed(
+            &listed,
+            &resp.durable_objects_elsewhere,
+            sent,
+            Duration::from_millis(u64::from(resp.durable_object_lease_ms)),
+        );
         let known = *self.generation.lock().unwrap_or_else(|e| e.into_inner());
-        if generation != known {
+        if resp.deployment_generation != known {
             self.refresh_deployment().await?;
         }
         Ok(())
@@ -224,14 +260,17 @@ impl Registry {
         })
     }
 
-    /// Where Durable Object `namespace:object_id` lives (placing it here on first use).
+    /// Where Durable Object `namespace:object_id` lives (placing it here
+    /// on first use), and when the call was sent: a lease the answer grants
+    /// counts from then.
     pub async fn place_durable_object(
         &self,
         account: &str,
         script: &str,
         namespace: &str,
         object_id: &str,
-    ) -> Result<v1::PlaceDurableObjectResponse> {
+    ) -> Result<(v1::PlaceDurableObjectResponse, Instant)> {
+        let sent = Instant::now();
         let resp = self
             .client
             .clone()
@@ -249,6 +288,6 @@ impl Registry {
                     s.message()
                 )
             })?;
-        Ok(resp.into_inner())
+        Ok((resp.into_inner(), sent))
     }
 }

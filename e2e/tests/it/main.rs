@@ -11,6 +11,8 @@ mod capture;
 mod cases;
 mod cluster;
 mod dashboard;
+mod memory;
+mod placement;
 
 use std::path::PathBuf;
 

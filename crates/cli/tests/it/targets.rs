@@ -130,6 +130,7 @@ fn targets_show_memory_per_isolate_and_per_version() {
                         status("i2", &version, 2 * MIB, (5, 3)),
                     ],
                     isolates_omitted: 0,
+                    evicted: Vec::new(),
                 })
                 .await
                 .expect("heartbeat accepted");

@@ -4,6 +4,7 @@
 mod api;
 mod capture;
 mod memory;
+mod placement;
 mod process;
 mod storage;
 mod support;

@@ -45,6 +45,7 @@ async fn beat(client: &mut Registry, m: &v1::Machine, isolates: Vec<v1::IsolateS
             machine: Some(m.clone()),
             isolates,
             isolates_omitted: 0,
+            evicted: Vec::new(),
         })
         .await
         .expect("heartbeat accepted");
@@ -232,4 +233,84 @@ async fn memory_endpoint_errors() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 403);
+}
+
+/// Before agents reported evicted isolates, an isolate evicted for
+/// exceeding memory vanished from the next heartbeat with its last reading
+/// below the limit, so p99.9 never showed the demand the limit cut off.
+#[tokio::test]
+async fn evicted_isolates_final_readings_count_but_are_not_listed() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(support::config(&db)).await;
+    let v = cp.deploy("api", None).await;
+    let mut client = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
+    let m1 = machine("m1", "lhr");
+    for k in 1..=9u64 {
+        beat(
+            &mut client,
+            &m1,
+            vec![status("i1", &v, 10 * k * MIB, (0, 0))],
+        )
+        .await;
+    }
+    // i1 tried to grow to 128 MiB + 64 KiB and was evicted; i2 replaced it.
+    let tried = 128 * MIB + 64 * 1024;
+    client
+        .heartbeat(v1::HeartbeatRequest {
+            machine: Some(m1.clone()),
+            isolates: vec![status("i2", &v, MIB, (1, 1))],
+            isolates_omitted: 0,
+            evicted: vec![status("i1", &v, tried, (1, 1))],
+        })
+        .await
+        .expect("heartbeat accepted");
+
+    let (code, body, _) = cp
+        .get(&format!("/v1/accounts/acme/scripts/api/memory?version={v}"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let version = &body["versions"][0];
+    // 9 readings of i1, its final one, and i2's: p99.9 is the final one.
+    assert_eq!(stats(version), [50 * MIB, tried, tried, tried, 11]);
+    assert_eq!(
+        version["evictions"],
+        serde_json::json!({"exceeded_memory": 1, "total": 1})
+    );
+    assert_eq!(
+        version["isolates"],
+        serde_json::json!([{"machine": "m1", "data_center": "lhr", "isolate": "i2",
+                            "memory_bytes": MIB}]),
+        "an evicted isolate is no longer listed"
+    );
+    // The version's only isolate evicted and none replacing it yet: its
+    // eviction still counts.
+    let m2 = machine("m2", "sjc");
+    client
+        .heartbeat(v1::HeartbeatRequest {
+            machine: Some(m2),
+            isolates: Vec::new(),
+            isolates_omitted: 0,
+            evicted: vec![status("j1", &v, tried, (1, 1))],
+        })
+        .await
+        .expect("heartbeat accepted");
+    let (_, body, _) = cp
+        .get(&format!("/v1/accounts/acme/scripts/api/memory?version={v}"))
+        .await;
+    assert_eq!(
+        body["versions"][0]["evictions"],
+        serde_json::json!({"exceeded_memory": 2, "total": 2})
+    );
+    let targets = cp.get("/v1/accounts/acme/scripts/api/targets").await.1;
+    let listed: Vec<&str> = targets["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["isolate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        vec!["i2"],
+        "evicted isolates are not capture targets"
+    );
 }

@@ -1,6 +1,8 @@
 //! The store against both engines: the same migrations and queries.
 
-use edgeprof_control_plane::store::{DeploymentEntry, SessionRow, Store};
+use edgeprof_control_plane::store::{
+    DeploymentEntry, DurableObjectKey, MachineRecord, SessionRow, Store,
+};
 
 use crate::support;
 
@@ -91,22 +93,106 @@ async fn check_store(db: &str) {
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].versions[0].2, v1.wasm_sha256);
 
-    // Durable Object placement sticks to its first machine while it lives.
-    let p = store
-        .place_durable_object("acme", "api", "rooms", "ab", ("m1", &v1.id), |_| true)
+    // Durable Object placement sticks to its first machine until the
+    // caller's rule says the owner lost it; each placement gets a later
+    // `placed_at_ms`, which names it.
+    let key = DurableObjectKey {
+        account: "acme",
+        script: "api",
+        namespace: "rooms",
+        object_id: "ab",
+    };
+    let first = store
+        .place_durable_object(&key, ("m1", &v1.id), |_, _| true)
         .await
         .unwrap();
-    assert!(p.created);
+    assert!(first.created);
     let p = store
-        .place_durable_object("acme", "api", "rooms", "ab", ("m2", &v1.id), |_| true)
+        .place_durable_object(&key, ("m2", &v1.id), |_, _| false)
         .await
         .unwrap();
-    assert_eq!((p.machine_id.as_str(), p.created), ("m1", false));
-    let p = store
-        .place_durable_object("acme", "api", "rooms", "ab", ("m2", &v1.id), |m| m != "m1")
+    assert_eq!(
+        (p.machine_id.as_str(), p.created, p.placed_at_ms),
+        ("m1", false, first.placed_at_ms)
+    );
+    // The rule sees the owner and its last recorded heartbeat (none: m1
+    // never registered).
+    let seen = std::sync::Mutex::new(Vec::new());
+    let moved = store
+        .place_durable_object(&key, ("m2", &v1.id), |owner, heartbeat_ms| {
+            seen.lock().unwrap().push((owner.to_owned(), heartbeat_ms));
+            owner == "m1"
+        })
         .await
         .unwrap();
-    assert_eq!((p.machine_id.as_str(), p.created), ("m2", true));
+    assert_eq!(seen.into_inner().unwrap(), vec![("m1".to_owned(), None)]);
+    assert_eq!((moved.machine_id.as_str(), moved.created), ("m2", true));
+    assert!(moved.placed_at_ms > first.placed_at_ms);
+    store
+        .upsert_machine(&MachineRecord {
+            id: "m2".into(),
+            data_center: "lhr".into(),
+            grpc_address: "127.0.0.1:1".into(),
+            http_address: "http://127.0.0.1:2".into(),
+            last_heartbeat_ms: 1234,
+        })
+        .await
+        .unwrap();
+    let p = store
+        .place_durable_object(&key, ("m3", &v1.id), |owner, heartbeat_ms| {
+            assert_eq!((owner, heartbeat_ms), ("m2", Some(1234)));
+            false
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (p.machine_id.as_str(), p.placed_at_ms),
+        ("m2", moved.placed_at_ms)
+    );
+    assert_eq!(
+        store
+            .machine("m2")
+            .await
+            .unwrap()
+            .map(|m| m.last_heartbeat_ms),
+        Some(1234)
+    );
+    assert_eq!(store.machine("nope").await.unwrap(), None);
+    // Listed objects placed on another machine than the one asking.
+    let other = DurableObjectKey {
+        object_id: "cd",
+        ..key
+    };
+    store
+        .place_durable_object(&other, ("m1", &v1.id), |_, _| false)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .durable_objects_elsewhere(
+                "m1",
+                "acme",
+                "api",
+                &["rooms:ab", "rooms:cd", "rooms:ef", "bad"]
+            )
+            .await
+            .unwrap(),
+        vec!["rooms:ab".to_owned()]
+    );
+    assert_eq!(
+        store
+            .durable_objects_elsewhere("m2", "acme", "api", &["rooms:ab", "rooms:cd"])
+            .await
+            .unwrap(),
+        vec!["rooms:cd".to_owned()]
+    );
+    assert!(
+        store
+            .durable_objects_elsewhere("m1", "other", "api", &["rooms:ab"])
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // Sessions: every state change recorded; profiles stored.
     store

@@ -400,6 +400,7 @@ impl Agent {
                     })
                     .collect(),
                 isolates_omitted: 0,
+                evicted: Vec::new(),
             })
             .await
             .expect("heartbeat accepted");

@@ -61,12 +61,28 @@ pub struct HeartbeatRequest {
     /// Isolates left out because the message would exceed its size bound.
     #[prost(uint32, tag = "3")]
     pub isolates_omitted: u32,
+    /// Isolates evicted since the last acknowledged heartbeat, each with its
+    /// final reading: `memory_bytes` is the linear memory it had, or for an
+    /// isolate evicted for exceeding memory, the size it tried to grow to.
+    /// Counted in the memory view; never capture targets.
+    #[prost(message, repeated, tag = "4")]
+    pub evicted: ::prost::alloc::vec::Vec<IsolateStatus>,
 }
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct HeartbeatResponse {
     /// Bumped when the deployment changes, so agents refetch it.
     #[prost(uint64, tag = "1")]
     pub deployment_generation: u64,
+    /// How long this machine's lease on its Durable Objects lasts, counted by
+    /// the agent from when it sent this heartbeat.
+    #[prost(uint32, tag = "2")]
+    pub durable_object_lease_ms: u32,
+    /// Durable Objects this heartbeat listed ("namespace:id") that are now
+    /// placed on another machine: the agent drops them.
+    #[prost(string, repeated, tag = "3")]
+    pub durable_objects_elsewhere: ::prost::alloc::vec::Vec<
+        ::prost::alloc::string::String,
+    >,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct GetDeploymentRequest {
@@ -139,6 +155,14 @@ pub struct PlaceDurableObjectResponse {
     pub owner: ::core::option::Option<Machine>,
     #[prost(string, tag = "2")]
     pub version_id: ::prost::alloc::string::String,
+    /// When the object was placed on its owner (Unix ms); it changes whenever
+    /// the object is placed anew, so an owner can tell its copy is current.
+    #[prost(int64, tag = "3")]
+    pub placed_at_ms: i64,
+    /// The caller's lease on its Durable Objects, renewed by this call and
+    /// counted from when the caller sent it.
+    #[prost(uint32, tag = "4")]
+    pub durable_object_lease_ms: u32,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct CaptureRequest {

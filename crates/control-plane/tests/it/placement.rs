@@ -1,0 +1,271 @@
+//! Durable Object placement over real gRPC: an object moves only after its
+//! owner has been silent for longer than its lease, heartbeats name the
+//! objects that moved, a restarted control plane waits out a lease, and
+//! machines asking at once agree on one owner.
+
+use std::time::{Duration, Instant};
+
+use edgeprof_proto::v1;
+
+use crate::support::{self, Cp, Registry};
+
+const HEARTBEAT: Duration = Duration::from_millis(200);
+const LEASE: Duration = Duration::from_millis(3000);
+
+fn machine(id: &str) -> v1::Machine {
+    v1::Machine {
+        id: id.into(),
+        data_center: "lhr".into(),
+        grpc_address: format!("{id}.invalid:1"),
+        http_address: format!("http://{id}.invalid:2"),
+    }
+}
+
+fn config(db: &str) -> edgeprof_control_plane::Config {
+    let mut c = support::config(db);
+    c.heartbeat_interval = HEARTBEAT;
+    c.durable_object_lease = Some(LEASE);
+    c
+}
+
+fn object_id(n: u8) -> String {
+    format!("{n:02x}").repeat(32)
+}
+
+async fn place(
+    r: &mut Registry,
+    m: &str,
+    object: &str,
+) -> Result<v1::PlaceDurableObjectResponse, tonic::Status> {
+    r.place_durable_object(v1::PlaceDurableObjectRequest {
+        machine: Some(machine(m)),
+        account: "acme".into(),
+        script: "rooms".into(),
+        namespace: "rooms".into(),
+        object_id: object.into(),
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// One heartbeat from `m` whose one isolate hosts `objects`.
+async fn beat(r: &mut Registry, m: &str, version: &str, objects: &[&str]) -> v1::HeartbeatResponse {
+    r.heartbeat(v1::HeartbeatRequest {
+        machine: Some(machine(m)),
+        isolates: vec![v1::IsolateStatus {
+            isolate_id: format!("{m}-1"),
+            script: "rooms".into(),
+            version_id: version.into(),
+            account: "acme".into(),
+            durable_objects: objects.iter().map(|o| format!("rooms:{o}")).collect(),
+            ..Default::default()
+        }],
+        isolates_omitted: 0,
+        evicted: Vec::new(),
+    })
+    .await
+    .expect("heartbeat accepted")
+    .into_inner()
+}
+
+/// Keeps `m` heartbeating (with no objects) until dropped.
+fn keep_beating(
+    addr: std::net::SocketAddr,
+    m: &'static str,
+    version: String,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut r = support::registry_client(addr, support::SECRET).await;
+        loop {
+            beat(&mut r, m, &version, &[]).await;
+            tokio::time::sleep(HEARTBEAT / 2).await;
+        }
+    })
+}
+
+fn owner(p: &v1::PlaceDurableObjectResponse) -> &str {
+    p.owner.as_ref().map_or("", |o| o.id.as_str())
+}
+
+/// The bug this pins: an owner that missed the liveness window (2.5
+/// heartbeat intervals) had its object placed again on the next machine
+/// that asked, while it kept serving its own copy, so one object lived
+/// twice (a counter answered [1,1,2,2,3,3]).
+#[tokio::test]
+async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(config(&db)).await;
+    let version = cp.deploy("rooms", None).await;
+    let addr = cp.cp.grpc_addr;
+    let mut r = support::registry_client(addr, support::SECRET).await;
+    let x = object_id(0xab);
+
+    // Taken before each of m1's calls, so never later than when the control
+    // plane heard it.
+    let m1_called = Instant::now();
+    let first = place(&mut r, "m1", &x).await.unwrap();
+    assert_eq!(owner(&first), "m1", "placed on the first machine to ask");
+    assert_eq!(first.durable_object_lease_ms, LEASE.as_millis() as u32);
+    assert!(first.placed_at_ms > 0);
+    let _m2 = keep_beating(addr, "m2", version.clone());
+
+    // m1 silent past the liveness window, well inside its lease: m2 is told
+    // to retry, not given the object.
+    tokio::time::sleep(HEARTBEAT * 5).await;
+    let err = place(&mut r, "m2", &x).await.unwrap_err();
+    assert!(
+        m1_called.elapsed() < LEASE,
+        "the check ran inside the lease"
+    );
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{}", err.message());
+    let msg = err.message();
+    assert!(
+        msg.contains(&format!("durable object rooms:{x} lives on machine m1"))
+            && msg.contains("lease")
+            && msg.contains("retry"),
+        "{msg}"
+    );
+
+    // m1 is back: its heartbeat listing the object names nothing moved, and
+    // m2 is sent to m1, same placement.
+    let m1_called = Instant::now();
+    let hb = beat(&mut r, "m1", &version, &[&x]).await;
+    assert_eq!(hb.durable_objects_elsewhere, Vec::<String>::new());
+    assert_eq!(hb.durable_object_lease_ms, LEASE.as_millis() as u32);
+    let to_m1 = place(&mut r, "m2", &x).await.unwrap();
+    assert_eq!(
+        (
+            owner(&to_m1),
+            to_m1.placed_at_ms,
+            to_m1.owner.as_ref().unwrap().http_address.as_str()
+        ),
+        ("m1", first.placed_at_ms, "http://m1.invalid:2")
+    );
+
+    // m1 silent for longer than the lease: the object moves to m2, as a new
+    // placement.
+    let silent_since = m1_called;
+    let moved = loop {
+        // While m1 counts as live m2 is sent there, then told to retry.
+        match place(&mut r, "m2", &x).await {
+            Ok(p) if owner(&p) == "m2" => break p,
+            Ok(p) => assert_eq!((owner(&p), p.placed_at_ms), ("m1", first.placed_at_ms)),
+            Err(e) => assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message()),
+        }
+        assert!(
+            silent_since.elapsed() < LEASE * 3,
+            "not moved {:?} after m1 went silent",
+            silent_since.elapsed(),
+        );
+        tokio::time::sleep(HEARTBEAT).await;
+    };
+    assert!(
+        silent_since.elapsed() >= LEASE,
+        "moved after {:?}, before the lease of {LEASE:?} ran out",
+        silent_since.elapsed()
+    );
+    assert_eq!(owner(&moved), "m2");
+    assert!(moved.placed_at_ms > first.placed_at_ms, "a new placement");
+
+    // m1 wakes up still listing it: the answer names it so m1 drops it,
+    // and asking sends m1 to m2.
+    let hb = beat(&mut r, "m1", &version, &[&x]).await;
+    assert_eq!(hb.durable_objects_elsewhere, vec![format!("rooms:{x}")]);
+    let back = place(&mut r, "m1", &x).await.unwrap();
+    assert_eq!(
+        (owner(&back), back.placed_at_ms),
+        ("m2", moved.placed_at_ms)
+    );
+}
+
+#[tokio::test]
+async fn machines_asking_at_once_agree_on_one_owner() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(config(&db)).await;
+    cp.deploy("rooms", None).await;
+    let addr = cp.cp.grpc_addr;
+    let machines = ["a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"];
+    let mut beating = Vec::new();
+    for m in machines {
+        beating.push(keep_beating(addr, m, "v".into()));
+    }
+    tokio::time::sleep(HEARTBEAT).await;
+    let x = object_id(0x5e);
+    let asks = machines.map(|m| {
+        let x = x.clone();
+        tokio::spawn(async move {
+            let mut r = support::registry_client(addr, support::SECRET).await;
+            place(&mut r, m, &x).await.unwrap()
+        })
+    });
+    let mut answers = Vec::new();
+    for a in asks {
+        let p = a.await.unwrap();
+        answers.push((owner(&p).to_owned(), p.placed_at_ms));
+    }
+    answers.dedup();
+    assert_eq!(answers.len(), 1, "one owner, one placement: {answers:?}");
+}
+
+/// Placements outlive a control plane's restart, and the restarted process
+/// has not heard from anyone yet: it must wait out a full lease before it
+/// moves an object, since the owner may still be serving it.
+#[tokio::test]
+async fn a_restarted_control_plane_waits_out_a_lease_before_moving_objects() {
+    let (_dir, db) = support::sqlite();
+    let x = object_id(0x42);
+    {
+        let cp = Cp::start(config(&db)).await;
+        cp.deploy("rooms", None).await;
+        let mut r = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
+        assert_eq!(owner(&place(&mut r, "m1", &x).await.unwrap()), "m1");
+        cp.cp.stop();
+    }
+    // m1's last heartbeat in the database is older than the liveness window.
+    tokio::time::sleep(HEARTBEAT * 4).await;
+    let started = Instant::now();
+    let cp = Cp::start(config(&db)).await;
+    let addr = cp.cp.grpc_addr;
+    let _m2 = keep_beating(addr, "m2", "v".into());
+    let mut r = support::registry_client(addr, support::SECRET).await;
+    let moved = loop {
+        match place(&mut r, "m2", &x).await {
+            Ok(p) => break p,
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message());
+                assert!(
+                    e.message().contains("lives on machine m1"),
+                    "{}",
+                    e.message()
+                );
+                assert!(
+                    started.elapsed() < LEASE * 3,
+                    "never moved: {}",
+                    e.message()
+                );
+                tokio::time::sleep(HEARTBEAT).await;
+            }
+        }
+    };
+    assert!(
+        started.elapsed() >= LEASE,
+        "moved {:?} after the restart, inside the lease",
+        started.elapsed()
+    );
+    assert_eq!(owner(&moved), "m2");
+}
+
+#[tokio::test]
+async fn a_lease_shorter_than_three_heartbeat_intervals_is_refused() {
+    let (_dir, db) = support::sqlite();
+    let mut c = config(&db);
+    c.durable_object_lease = Some(HEARTBEAT * 2);
+    let err = edgeprof_control_plane::ControlPlane::start(c)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        format!("{err:#}"),
+        "durable object lease: must be 3 heartbeat intervals (600 ms) – 1 h, \
+         so it outlasts the liveness window of 2.5 intervals (got 400 ms)"
+    );
+}

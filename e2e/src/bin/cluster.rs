@@ -105,11 +105,18 @@ impl Mix {
         let mut targets = Vec::new();
         for (script, weight) in &self.0 {
             if script == "counter-object" {
+                // One hot object (half of the requests, the one the printed
+                // command profiles) and a few quieter ones.
                 let ids = counter_ids();
-                let each = (*weight / ids.len() as u32).max(u32::from(*weight > 0));
-                for id in ids {
+                let quiet = ids.len() as u32 - 1;
+                for (i, id) in ids.into_iter().enumerate() {
+                    let share = if i == 0 {
+                        weight.div_ceil(2)
+                    } else {
+                        (weight / 2).div_ceil(quiet)
+                    };
                     targets.push((
-                        each,
+                        share,
                         Target::DurableObject {
                             namespace: script.clone(),
                             id,
@@ -305,7 +312,7 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
         ),
         (
             "one Durable Object's isolate only",
-            format!("edgeprof profile counter-object --durable-object counter-object:{counter} --duration 3s -o counter.pprof"),
+            format!("edgeprof profile counter-object --durable-object counter-object:{counter} --duration 5s -o counter.pprof"),
         ),
     ];
     if let Some(fixed) = version_of("metrics-twice-fixed.wasm") {

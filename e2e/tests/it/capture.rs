@@ -9,7 +9,8 @@ use edgeprof_e2e::{Cluster, ClusterOptions, Traffic, TrafficMix};
 
 use crate::{state_dir, worker};
 
-fn labels(profile: &edgeprof_pprof::Profile, key: &str) -> BTreeSet<String> {
+/// The values of label `key` over all samples.
+pub fn labels(profile: &edgeprof_pprof::Profile, key: &str) -> BTreeSet<String> {
     let s = |i: i64| edgeprof_pprof::string(profile, i).to_owned();
     profile
         .sample

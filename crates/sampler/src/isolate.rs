@@ -3,7 +3,7 @@
 //! limits and its sampling hooks.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgeprof_guest_sdk::{Request, Response};
 use wasmtime::{
@@ -85,7 +85,8 @@ pub enum IsolateError {
 /// A host call in progress while a CPU capture runs (set by the call hook).
 struct HostCall {
     generation: u64,
-    start: Instant,
+    /// Thread CPU time when wasm called out: the `[host]` sample's weight is
+    /// the CPU used from here to the return, never the wall time.
     cpu_at_call: u64,
     /// Set by our imports (not by Wasmtime's libcalls): the import's name
     /// and the calling wasm stack.
@@ -244,6 +245,17 @@ impl Isolate {
         module: &Module,
         limits: Limits,
     ) -> Result<Isolate, IsolateError> {
+        Self::with_imports(runtime, module, limits, |_| Ok(()))
+    }
+
+    /// [`Isolate::new`] with further host imports defined by `extra` (the
+    /// unit tests' blocking import).
+    pub(crate) fn with_imports(
+        runtime: &Runtime,
+        module: &Module,
+        limits: Limits,
+        extra: impl FnOnce(&mut Linker<HostState>) -> wasmtime::Result<()>,
+    ) -> Result<Isolate, IsolateError> {
         let cfg = &runtime.inner.config;
         let prof = Arc::new(ProfilerShared::new(limits.sampler));
         let state = HostState {
@@ -274,7 +286,8 @@ impl Isolate {
             module: name.clone(),
             message: format!("{e:#}"),
         };
-        let linker = linker(runtime).map_err(instantiate_err)?;
+        let mut linker = linker(runtime).map_err(instantiate_err)?;
+        extra(&mut linker).map_err(instantiate_err)?;
         let instance = linker
             .instantiate(&mut store, &module.module)
             .map_err(|e| match store.data().exceeded_memory {
@@ -328,6 +341,7 @@ impl Isolate {
             return Err(IsolateError::Evicted(reason));
         }
         self.requests += 1;
+        self.profiler.shared.record_request();
         let bytes = request.encode();
         self.enter_wasm(true);
         let len = i32::try_from(bytes.len()).map_err(|_| {
@@ -504,7 +518,7 @@ fn on_call_hook(
         CallHook::CallingHost => {
             // Also fires for Wasmtime's own libcalls (the epoch callback,
             // memory.grow); only our imports fill in `import`, so only they
-            // become `[host]` samples. Cheap: two clock reads.
+            // become `[host]` samples. Cheap: one clock read here, two on return.
             let st = ctx.data_mut();
             let (state, generation, _) = st.prof.snapshot();
             if state != STATE_CPU || st.seen_generation != generation {
@@ -512,7 +526,6 @@ fn on_call_hook(
             }
             st.host_call = Some(HostCall {
                 generation,
-                start: Instant::now(),
                 cpu_at_call: thread_cpu_nanos(),
                 import: None,
             });
@@ -525,19 +538,120 @@ fn on_call_hook(
             let Some((name, wasm_stack, truncated)) = call.import else {
                 return Ok(());
             };
-            let wall = call.start.elapsed().as_nanos() as u64;
+            // The import's own CPU time, not its wall time: a host call
+            // that blocks (or a thread the OS preempts) uses no CPU, and the
+            // `cpu` values must stay one clock (issue 6: wall time here
+            // inflated `[host] edgeprof.heap_alloc` under load).
+            let host_cpu = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
             let mut stack = Vec::with_capacity(wasm_stack.len() + 1);
             stack.push(RawFrame::Host(name));
             stack.extend(wasm_stack);
-            st.prof
-                .record_cpu(call.generation, stack.into_boxed_slice(), wall, truncated);
+            st.prof.record_cpu(
+                call.generation,
+                stack.into_boxed_slice(),
+                host_cpu,
+                truncated,
+            );
             // The wasm CPU time before the call stays for the next tick's
             // sample (attributing it here would bias towards call sites);
-            // the host call's own CPU time is not wasm time.
-            let host_cpu = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
-            st.last_cpu = st.last_cpu.saturating_add(host_cpu);
+            // the host call's CPU time, and this bookkeeping's, is not wasm
+            // time.
+            let spent = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
+            st.last_cpu = st.last_cpu.saturating_add(spent);
         }
         _ => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ProfileKind, RuntimeConfig};
+    use edgeprof_pprof::{SampleIndex, TopOptions};
+
+    /// Regression test for issue 6: `[host]` leaves carried the import's
+    /// *wall* time while wasm frames carry thread CPU time, so a host call
+    /// that blocks showed up as CPU. A blocked import must add ~no CPU.
+    #[test]
+    fn a_blocking_host_import_gets_its_cpu_time_not_its_wall_time() {
+        const SLEEP_MS: u64 = 20;
+        const CALLS: u64 = 5;
+        let rt = Runtime::new(RuntimeConfig::default()).unwrap();
+        let wat = format!(
+            r#"(module
+  (import "test" "sleep" (func $sleep (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "\c8\00\00\00\00\00\00\00\00\00\00\00")
+  (global $sink (mut i32) (i32.const 0))
+  (func (export "edgeprof_alloc") (param i32) (result i32) (i32.const 1024))
+  (func $spin (local $i i32) (local $x i32)
+    (block $done (loop $l
+      (br_if $done (i32.ge_u (local.get $i) (i32.const 30000000)))
+      (local.set $x (i32.add (i32.mul (local.get $x) (i32.const 31)) (local.get $i)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br $l)))
+    (global.set $sink (local.get $x)))
+  (func $blocked (local $n i32)
+    (block $done (loop $l
+      (br_if $done (i32.ge_u (local.get $n) (i32.const {CALLS})))
+      (call $sleep (i32.const {SLEEP_MS}))
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br $l))))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $spin) (call $blocked) (call $spin) (i64.const 12)))"#
+        );
+        let m = rt.load_module("blocking.wat", wat.as_bytes()).unwrap();
+        let mut iso = Isolate::with_imports(&rt, &m, Limits::default(), |l| {
+            l.func_wrap(
+                "test",
+                "sleep",
+                |mut caller: Caller<'_, HostState>, ms: i32| {
+                    enter_import(&mut caller, "test.sleep");
+                    std::thread::sleep(Duration::from_millis(ms as u64));
+                },
+            )?;
+            Ok(())
+        })
+        .unwrap();
+        let prof = iso.profiler();
+        prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+            .unwrap();
+        let cpu_before = thread_cpu_nanos();
+        assert_eq!(iso.handle(&Request::get("/")).unwrap().status, 200);
+        let thread_cpu = thread_cpu_nanos() - cpu_before;
+        let cap = prof.stop().unwrap();
+        let top = edgeprof_pprof::top(
+            &cap.profile,
+            &TopOptions {
+                sample_index: Some(SampleIndex::Name("cpu".into())),
+                node_fraction: 0.0,
+                ..TopOptions::default()
+            },
+        )
+        .unwrap();
+        let row = |f: &str| top.rows.iter().find(|r| r.function == f);
+        let host = row("[host] test.sleep").unwrap_or_else(|| panic!("{:?}", top.rows));
+        let blocked_wall = (SLEEP_MS * CALLS * 1_000_000) as i64;
+        // Sleeping uses no CPU; what is left is the call's bookkeeping.
+        assert!(
+            host.flat * 20 < blocked_wall,
+            "[host] test.sleep has {} ns of cpu for {blocked_wall} ns blocked",
+            host.flat
+        );
+        let under_blocked = cap.profile.sample.iter().any(|s| {
+            let frames = edgeprof_pprof::stack_frames(&cap.profile, s);
+            frames.first().map(|f| f.function) == Some("[host] test.sleep")
+                && frames.get(1).map(|f| f.function) == Some("blocked")
+        });
+        assert!(under_blocked, "the host leaf hangs under its caller");
+        // The profile's CPU is the thread's CPU: nothing added for the sleep.
+        assert!(
+            top.total <= thread_cpu as i64 && top.total as f64 >= 0.8 * thread_cpu as f64,
+            "profile total {} ns, thread CPU {thread_cpu} ns",
+            top.total
+        );
+        assert!(row("spin").is_some_and(|r| r.flat > 0), "{:?}", top.rows);
+        assert_eq!(cap.requests, 1);
+    }
 }

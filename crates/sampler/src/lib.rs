@@ -32,8 +32,13 @@
 //!   whether a capture started (so a capture starts within that many ticks).
 //! - CPU samples weigh the stack by thread CPU time since the previous
 //!   sample. Time inside a host import is recorded as a `[host] <import>` leaf
-//!   under the calling wasm stack with the call's *wall* time (the worker's
-//!   thread is blocked on the host for that long), via `Store::call_hook`.
+//!   under the calling wasm stack with the thread CPU time the call used, via
+//!   `Store::call_hook`; the wasm CPU before the call stays with the next
+//!   tick's sample (no call-site bias). `cpu/nanoseconds` is one clock, CPU
+//!   time: a host call that blocks or is preempted adds its wall time
+//!   nowhere.
+//! - Every capture counts the requests that began on the isolate while it
+//!   ran ([`CaptureResult::requests`]), so a profile reads per request.
 //! - Heap: the guest SDK's allocator reports sampled allocations (mean
 //!   interval 512 KiB) and their frees; live sampled objects are tracked
 //!   always (bounded), so a heap capture reports allocations made during the

@@ -101,6 +101,7 @@ struct Capture {
     samples: u64,
     dropped: u64,
     truncated: u64,
+    requests: u64,
 }
 
 #[derive(Debug, Default)]
@@ -203,6 +204,19 @@ impl ProfilerShared {
         }
     }
 
+    /// A request begins on the isolate: counted by the running capture, if
+    /// any (CPU or heap), so its profile can be read per request. Only
+    /// takes the lock while a capture runs.
+    pub(crate) fn record_request(&self) {
+        if self.state.load(Ordering::Acquire) == STATE_OFF {
+            return;
+        }
+        let mut b = self.lock_for_sample();
+        if b.capture.kind.is_some() {
+            b.capture.requests += 1;
+        }
+    }
+
     /// A sampled allocation reported by the guest allocator.
     pub(crate) fn record_alloc(&self, ptr: u32, size: u64, stack: Stack, truncated: bool) {
         let mut guard = self.lock_for_sample();
@@ -292,6 +306,9 @@ pub struct CaptureResult {
     /// Samples whose stack was cut at the frame limit (their root is a
     /// `[truncated]` frame).
     pub truncated: u64,
+    /// Requests that began on the isolate while the capture ran (failed
+    /// ones included): the denominator of "CPU (or bytes) per request".
+    pub requests: u64,
 }
 
 /// Starts and stops captures on one isolate from any thread. Cheap to
@@ -485,6 +502,7 @@ impl ProfilerHandle {
             samples: capture.samples,
             dropped: capture.dropped,
             truncated: capture.truncated,
+            requests: capture.requests,
         }
     }
 }

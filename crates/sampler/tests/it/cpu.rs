@@ -273,3 +273,33 @@ fn the_example_wat_worker_splits_75_25_between_hot_and_cold() {
         cap.samples
     );
 }
+
+#[test]
+fn a_capture_counts_the_requests_that_began_while_it_ran() {
+    let rt = runtime();
+    let src = worker(
+        r#"
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $spin (i32.const 100000)) (i64.const 12))"#,
+    );
+    let m = load(&rt, "light.wat", &src);
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let prof = iso.profiler();
+    let mut serve = |n: usize| {
+        for _ in 0..n {
+            assert_eq!(iso.handle(&Request::get("/")).unwrap().status, 200);
+        }
+    };
+    serve(3);
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    serve(7);
+    let cpu = prof.stop().unwrap();
+    serve(2);
+    prof.start(ProfileKind::Heap, Duration::from_millis(1))
+        .unwrap();
+    serve(4);
+    let heap = prof.stop().unwrap();
+    serve(1);
+    assert_eq!((cpu.requests, heap.requests), (7, 4));
+}

@@ -153,6 +153,7 @@ impl NodeAgent for CaptureService {
                 Ok(r) => {
                     capture.samples = r.samples;
                     capture.dropped = r.dropped;
+                    capture.requests = Some(r.requests);
                     capture.pprof = edgeprof_pprof::encode(&r.profile);
                 }
                 Err(e) => capture.error = format!("profiling failed: {e}"),

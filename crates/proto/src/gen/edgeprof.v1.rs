@@ -198,6 +198,10 @@ pub struct IsolateCapture {
     /// Why this isolate has no profile, if it has none.
     #[prost(string, tag = "8")]
     pub error: ::prost::alloc::string::String,
+    /// Requests that began on the isolate while the capture ran, so the
+    /// profile reads per request. Unset from agents that do not count them.
+    #[prost(uint64, optional, tag = "9")]
+    pub requests: ::core::option::Option<u64>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CaptureResponse {

@@ -934,6 +934,7 @@ fn session_json(row: &SessionRow, detail: bool) -> Value {
             "machines_answered": row.machines_answered,
         },
         "missing_machines": missing_machines(&failures),
+        "requests": row.requests,
     });
     if detail {
         let targets: Value = serde_json::from_str(&row.targets_json).unwrap_or(json!([]));

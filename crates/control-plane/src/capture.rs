@@ -1,6 +1,8 @@
 //! Capture sessions: the per-script concurrency limit, the fan-out of
-//! `NodeAgent.Capture` to every target machine at once, the labelled merge,
-//! and the session's state changes (`pending → capturing → merging → done |
+//! `NodeAgent.Capture` to every target machine at once, the labelled merge
+//! (with the requests the merged isolates served, as the session's
+//! `requests` and a `requests: N` comment in the pprof), and the session's
+//! state changes (`pending → capturing → merging → done |
 //! partial | failed`), each persisted as it happens.
 
 use std::collections::{BTreeMap, HashMap};
@@ -227,6 +229,7 @@ impl Captures {
             machines_answered: 0,
             created_at_ms: now,
             updated_at_ms: now,
+            requests: None,
         };
         self.store.create_session(&row).await?;
         self.metrics.captures_started.inc();
@@ -346,6 +349,9 @@ impl Captures {
             .set_session_status(id, "merging", None, None)
             .await?;
         let mut merger = edgeprof_pprof::Merger::new();
+        // Requests served by the isolates whose profiles are merged; `None`
+        // once one of them comes from an agent that does not count them.
+        let mut requests: Option<u64> = Some(0);
         let wanted: HashMap<(&str, &str), &Target> = spec
             .targets
             .iter()
@@ -392,8 +398,11 @@ impl Captures {
                 if let Some(d) = &dobj {
                     labels.push(("durable_object", d.as_str()));
                 }
-                if let Err(e) = merger.add_labeled(&profile, &labels) {
-                    failures.push(fail(format!("cannot merge: {e}")));
+                match merger.add_labeled(&profile, &labels) {
+                    Ok(()) => {
+                        requests = requests.zip(iso.requests).map(|(a, b)| a.saturating_add(b));
+                    }
+                    Err(e) => failures.push(fail(format!("cannot merge: {e}"))),
                 }
             }
             for t in by_machine.get(machine.as_str()).into_iter().flatten() {
@@ -427,7 +436,7 @@ impl Captures {
             self.metrics.captures_failed.inc();
             return Ok(());
         }
-        let merged = match merger.finish() {
+        let mut merged = match merger.finish() {
             Ok(p) => p,
             Err(e) => {
                 let reason = format!("cannot merge the profiles: {e}");
@@ -438,8 +447,15 @@ impl Captures {
                 return Ok(());
             }
         };
+        if let Some(n) = requests {
+            add_comment(&mut merged, &format!("requests: {n}"));
+        }
         let bytes = edgeprof_pprof::encode(&merged);
         self.store.store_profile(id, &bytes).await?;
+        if let Some(n) = requests {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            self.store.set_session_requests(id, n).await?;
+        }
         if failures.is_empty() {
             self.store
                 .set_session_status(id, "done", None, None)
@@ -456,6 +472,21 @@ impl Captures {
             self.metrics.captures_partial.inc();
         }
         Ok(())
+    }
+}
+
+/// Adds a header comment (`go tool pprof` prints it above the report).
+fn add_comment(profile: &mut edgeprof_pprof::Profile, text: &str) {
+    let index = match profile.string_table.iter().position(|s| s == text) {
+        Some(i) => i,
+        None => {
+            profile.string_table.push(text.to_owned());
+            profile.string_table.len() - 1
+        }
+    };
+    let index = index as i64;
+    if !profile.comment.contains(&index) {
+        profile.comment.push(index);
     }
 }
 

@@ -57,7 +57,14 @@ pub enum Backend {
 
 /// Migrations, applied in order; each one's index + 1 is its version.
 /// Never edit an applied migration: append a new one.
-const MIGRATIONS: &[&[&str]] = &[&[
+const MIGRATIONS: &[&[&str]] = &[
+    INITIAL_SCHEMA,
+    // Requests the profiled isolates began during the capture (NULL: not known).
+    &["ALTER TABLE capture_sessions ADD COLUMN requests BIGINT"],
+];
+
+/// Migration 1.
+const INITIAL_SCHEMA: &[&str] = &[
     "CREATE TABLE accounts (
         id TEXT PRIMARY KEY,
         created_at_ms BIGINT NOT NULL)",
@@ -136,7 +143,7 @@ const MIGRATIONS: &[&[&str]] = &[&[
         pprof BYTEA NOT NULL,
         sha256 TEXT NOT NULL,
         created_at_ms BIGINT NOT NULL)",
-]];
+];
 
 /// A stored script version (without its wasm bytes).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -261,6 +268,9 @@ pub struct SessionRow {
     pub machines_total: i64,
     /// Machines that answered (successfully or not).
     pub machines_answered: i64,
+    /// Requests the isolates in the merged profile began while it was
+    /// captured; `None` until merged, or if an agent did not report them.
+    pub requests: Option<i64>,
     /// Unix milliseconds.
     pub created_at_ms: i64,
     /// Unix milliseconds of the last change.
@@ -996,8 +1006,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO capture_sessions (id, account_id, script, version_id, version_selector, kind,
                 duration_ms, data_center, durable_object, status, error, targets_json, failures_json,
-                machines_total, machines_answered, created_at_ms, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                machines_total, machines_answered, created_at_ms, updated_at_ms, requests)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         )
         .bind(&s.id)
         .bind(&s.account)
@@ -1016,6 +1026,7 @@ impl Store {
         .bind(s.machines_answered)
         .bind(s.created_at_ms)
         .bind(s.updated_at_ms)
+        .bind(s.requests)
         .execute(&mut *tx)
         .await
         .map_err(sql(format!("create session {}", s.id)))?;
@@ -1095,6 +1106,17 @@ impl Store {
         .execute(&self.pool)
         .await
         .map_err(sql(format!("update progress of session {id}")))?;
+        Ok(())
+    }
+
+    /// Records the requests served during a session's capture.
+    pub async fn set_session_requests(&self, id: &str, requests: i64) -> Result<()> {
+        sqlx::query("UPDATE capture_sessions SET requests = $2 WHERE id = $1")
+            .bind(id)
+            .bind(requests)
+            .execute(&self.pool)
+            .await
+            .map_err(sql(format!("record the requests of session {id}")))?;
         Ok(())
     }
 
@@ -1205,7 +1227,7 @@ impl Store {
 const SESSION_COLUMNS: &str =
     "id, account_id, script, version_id, version_selector, kind, duration_ms,
     data_center, durable_object, status, error, targets_json, failures_json, machines_total,
-    machines_answered, created_at_ms, updated_at_ms";
+    machines_answered, created_at_ms, updated_at_ms, requests";
 
 /// `id, data_center, grpc_address, http_address, last_heartbeat_ms`.
 fn machine_row(r: &AnyRow) -> Result<MachineRecord> {
@@ -1239,6 +1261,7 @@ fn session_row(r: &AnyRow) -> Result<SessionRow> {
         machines_answered: r.try_get(14).map_err(e())?,
         created_at_ms: r.try_get(15).map_err(e())?,
         updated_at_ms: r.try_get(16).map_err(e())?,
+        requests: r.try_get(17).map_err(e())?,
     })
 }
 

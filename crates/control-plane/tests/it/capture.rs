@@ -518,3 +518,85 @@ async fn registry_requires_the_agent_secret_and_serves_deployments_and_placement
         err.message()
     );
 }
+
+/// The comments of a gzip'd pprof.
+fn comments(pprof: &[u8]) -> Vec<String> {
+    let p = edgeprof_pprof::decode(pprof).expect("valid pprof");
+    p.comment
+        .iter()
+        .map(|&c| edgeprof_pprof::string(&p, c).to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn requests_served_during_the_capture_are_summed_over_the_merged_isolates() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(support::config(&db)).await;
+    let v = cp.deploy("api", None).await;
+    let counted = |id: &str, n: u64| FakeIsolate {
+        capture_requests: Some(n),
+        ..support::isolate(id, "api", &v)
+    };
+    let m1 = Agent::start(
+        "m1",
+        "lhr",
+        Behavior::Answer,
+        vec![counted("i1", 7), counted("i2", 11)],
+    )
+    .await;
+    let m2 = Agent::start("m2", "sjc", Behavior::Answer, vec![counted("i3", 5)]).await;
+    // Its isolate's requests are not in the profile, so not in the count.
+    let broken = Agent::start("broken", "nrt", Behavior::Fail, vec![counted("i4", 1000)]).await;
+    for a in [&m1, &m2, &broken] {
+        a.heartbeat(cp.cp.grpc_addr).await;
+    }
+    let (status, started, _, _) = cp
+        .post_json(
+            "/v1/accounts/acme/profiles",
+            Some(&cp.token),
+            &json!({"script": "api", "duration_ms": 1000}),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap();
+    let session = cp.wait_session(id, Duration::from_secs(10)).await;
+    assert_eq!(session["status"], "partial", "{session}");
+    assert_eq!(session["requests"], 7 + 11 + 5, "{session}");
+    let (_, history, _) = cp.get("/v1/accounts/acme/profiles?script=api").await;
+    assert_eq!(history["profiles"][0]["id"], id);
+    assert_eq!(history["profiles"][0]["requests"], 23, "{history}");
+    let (status, _, pprof) = cp
+        .get(&format!("/v1/accounts/acme/profiles/{id}/pprof"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(comments(&pprof), vec!["requests: 23"]);
+
+    // An agent that does not count requests: the total is unknown, not low.
+    let old = Agent::start(
+        "old",
+        "fra",
+        Behavior::Answer,
+        vec![FakeIsolate {
+            capture_requests: None,
+            ..support::isolate("i5", "api", &v)
+        }],
+    )
+    .await;
+    old.heartbeat(cp.cp.grpc_addr).await;
+    let (status, started, _, _) = cp
+        .post_json(
+            "/v1/accounts/acme/profiles",
+            Some(&cp.token),
+            &json!({"script": "api", "duration_ms": 1000, "data_center": "fra"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap();
+    let session = cp.wait_session(id, Duration::from_secs(10)).await;
+    assert_eq!(session["status"], "done", "{session}");
+    assert_eq!(session["requests"], json!(null), "{session}");
+    let (_, _, pprof) = cp
+        .get(&format!("/v1/accounts/acme/profiles/{id}/pprof"))
+        .await;
+    assert!(comments(&pprof).is_empty());
+}

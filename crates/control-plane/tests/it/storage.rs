@@ -25,6 +25,7 @@ fn session(id: &str, status: &str) -> SessionRow {
         machines_answered: 0,
         created_at_ms: 1,
         updated_at_ms: 1,
+        requests: None,
     }
 }
 
@@ -209,6 +210,7 @@ async fn check_store(db: &str) {
         .await
         .unwrap();
     store.store_profile("s-done", b"pprof bytes").await.unwrap();
+    store.set_session_requests("s-done", 1234).await.unwrap();
     store
         .set_session_status("s-done", "done", None, None)
         .await
@@ -232,6 +234,7 @@ async fn check_store(db: &str) {
     );
     let done = store.session("acme", "s-done").await.unwrap().unwrap();
     assert_eq!((done.status.as_str(), done.machines_answered), ("done", 2));
+    assert_eq!(done.requests, Some(1234));
     assert_eq!(
         store
             .session_events("s-done")
@@ -248,6 +251,7 @@ async fn check_store(db: &str) {
     );
     let stuck = store.session("acme", "s-stuck").await.unwrap().unwrap();
     assert_eq!(stuck.status, "failed");
+    assert_eq!(stuck.requests, None, "never merged: not known");
     assert_eq!(
         stuck.error.as_deref(),
         Some("interrupted: the control plane restarted while the session was capturing")

@@ -217,6 +217,9 @@ pub struct FakeIsolate {
     pub version_id: String,
     pub durable_objects: Vec<String>,
     pub recent_requests: u64,
+    /// Requests it reports having served during a capture (`None`: an
+    /// agent that does not count them).
+    pub capture_requests: Option<u64>,
 }
 
 /// A stand-in agent: a `NodeAgent` server and the machine it claims to be.
@@ -315,6 +318,7 @@ impl v1::node_agent_server::NodeAgent for AgentService {
                     samples: 2,
                     dropped: 0,
                     error: String::new(),
+                    requests: i.capture_requests,
                 },
                 None => v1::IsolateCapture {
                     isolate_id: id.clone(),
@@ -436,6 +440,7 @@ pub fn isolate(id: &str, script: &str, version: &str) -> FakeIsolate {
         version_id: version.into(),
         durable_objects: Vec::new(),
         recent_requests: 42,
+        capture_requests: Some(10),
     }
 }
 

@@ -284,17 +284,21 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         )?
         .bytes()
         .with_context(|| format!("{what}: cannot download the profile"))?;
-    match &args.output {
+    let written_to = match &args.output {
         Some(path) => {
             crate::offline::write_atomically(path, &bytes)?;
-            eprintln!(
-                "edgeprof: wrote {} ({} bytes, session {id}, {status})",
-                path.display(),
-                bytes.len()
-            );
+            path.display().to_string()
         }
-        None => out.write_all(&bytes)?,
-    }
+        None => {
+            out.write_all(&bytes)?;
+            "the profile to stdout".to_owned()
+        }
+    };
+    eprintln!(
+        "edgeprof: wrote {written_to} ({} bytes, session {id}, {status}); {}",
+        bytes.len(),
+        requests_summary(&session, args.duration)
+    );
     if args.json {
         serde_json::to_writer(&mut *out, &session)?;
         writeln!(out)?;
@@ -317,6 +321,19 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the summary says of the requests served during the capture: the
+/// denominator of "CPU (or bytes) per request".
+fn requests_summary(session: &Value, duration: Duration) -> String {
+    match session["requests"].as_u64() {
+        Some(n) => format!(
+            "{n} request{} began on the profiled isolates during the {:?} capture",
+            if n == 1 { "" } else { "s" },
+            duration
+        ),
+        None => "requests during the capture: unknown (an agent did not count them)".to_owned(),
+    }
 }
 
 /// Flags of `edgeprof targets`.
@@ -698,5 +715,27 @@ mod memory_tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m[&("m1".to_owned(), "i1".to_owned())], 3 << 20);
         assert_eq!(mib(1536 * 1024), "1.5 MiB");
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    #[test]
+    fn requests_in_the_summary() {
+        let d = Duration::from_secs(4);
+        assert_eq!(
+            requests_summary(&json!({"requests": 118}), d),
+            "118 requests began on the profiled isolates during the 4s capture"
+        );
+        assert_eq!(
+            requests_summary(&json!({"requests": 1}), d),
+            "1 request began on the profiled isolates during the 4s capture"
+        );
+        assert_eq!(
+            requests_summary(&json!({"requests": null}), d),
+            "requests during the capture: unknown (an agent did not count them)"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! The case studies the profiler exists for (issue 6), on the local edge:
 //! capture the buggy and the fixed version under the same traffic and
-//! compare what the profiles say per request.
+//! compare what the profiles say per request, dividing by the requests each
+//! capture counted (as `edgeprof profile` reports them).
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use edgeprof_pprof::{SampleIndex, TopOptions};
 
 use crate::{state_dir, worker};
 
-/// (flat, cum) of `function` in the `cpu` values of `profile`.
+/// (flat, cum, total) of `function` in the `cpu` values of `profile`.
 fn cpu_of(profile: &edgeprof_pprof::Profile, function: &str) -> (i64, i64, i64) {
     let report = edgeprof_pprof::top(
         profile,
@@ -29,8 +30,9 @@ fn cpu_of(profile: &edgeprof_pprof::Profile, function: &str) -> (i64, i64, i64) 
     )
 }
 
-/// Requests the isolates of `version` served in the last 60 s, per `targets`.
-fn requests(cluster: &Cluster, script: &str, version: &str) -> u64 {
+/// Requests the isolates of `version` served in the last 60 s, per
+/// `targets`: only to wait for traffic (a capture counts its own).
+fn requests_last_60s(cluster: &Cluster, script: &str, version: &str) -> u64 {
     let out = cluster
         .cli()
         .args(["targets", script, "--version", version, "--json"])
@@ -45,12 +47,21 @@ fn requests(cluster: &Cluster, script: &str, version: &str) -> u64 {
         .sum()
 }
 
-fn capture(
-    cluster: &Cluster,
-    script: &str,
-    version: &str,
-    file: &std::path::Path,
-) -> edgeprof_pprof::Profile {
+/// A capture as `edgeprof profile` shows it: the profile and the requests
+/// the profiled isolates began during it.
+struct Capture {
+    profile: edgeprof_pprof::Profile,
+    requests: u64,
+}
+
+impl Capture {
+    /// CPU nanoseconds per request under `function` (its cum).
+    fn cpu_per_request(&self, function: &str) -> f64 {
+        cpu_of(&self.profile, function).1 as f64 / self.requests.max(1) as f64
+    }
+}
+
+fn capture(cluster: &Cluster, script: &str, version: &str, file: &std::path::Path) -> Capture {
     let out = cluster
         .cli()
         .args([
@@ -60,29 +71,68 @@ fn capture(
             version,
             "--duration",
             "4s",
+            "--json",
             "-o",
         ])
         .arg(file)
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "profile {script} {version}: {stderr}");
+    let session: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let requests = session["requests"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the session counts requests: {session}"));
+    // The same count where a user sees it: the CLI's summary, the pprof's
+    // comment, `go tool pprof`'s header.
     assert!(
-        out.status.success(),
-        "profile {script} {version}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains(&format!(
+            "{requests} requests began on the profiled isolates"
+        )),
+        "{stderr}"
     );
-    edgeprof_pprof::decode(&std::fs::read(file).unwrap()).unwrap()
+    let profile = edgeprof_pprof::decode(&std::fs::read(file).unwrap()).unwrap();
+    let comments: Vec<&str> = profile
+        .comment
+        .iter()
+        .map(|&c| edgeprof_pprof::string(&profile, c))
+        .collect();
+    let comment = format!("requests: {requests}");
+    assert_eq!(comments, [comment.as_str()]);
+    if let Some(top) = go_pprof_top(file) {
+        assert!(top.lines().any(|l| l == comment), "{top}");
+    }
+    Capture { profile, requests }
+}
+
+/// `go tool pprof -top FILE`, or `None` (after saying why) without Go
+/// outside CI.
+fn go_pprof_top(file: &std::path::Path) -> Option<String> {
+    match std::process::Command::new("go")
+        .args(["tool", "pprof", "-top"])
+        .arg(file)
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "go tool pprof -top {}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipping the go tool pprof check: cannot run go: {e}");
+            None
+        }
+        Err(e) => panic!("cannot run go tool pprof: {e}"),
+    }
 }
 
 /// Deploys the buggy and fixed builds 50/50, runs traffic, captures both
-/// versions over the same window; returns (buggy, fixed) profiles and
-/// request counts.
-fn buggy_and_fixed(
-    test: &str,
-    script: &str,
-) -> Option<(
-    (edgeprof_pprof::Profile, u64),
-    (edgeprof_pprof::Profile, u64),
-)> {
+/// versions over the same window; returns the (buggy, fixed) captures.
+fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
     let buggy = worker(script)?;
     let fixed = worker(&format!("{script}-fixed"))?;
     let mut o = ClusterOptions::new(state_dir(test));
@@ -90,7 +140,7 @@ fn buggy_and_fixed(
     o.machines_per_dc = 2;
     o.heartbeat = Duration::from_millis(1000);
     let cluster = Cluster::start(o).unwrap();
-    let v1 = cluster.deploy(script, &buggy, 100).unwrap();
+    let v1 = cluster.deploy(script, &buggy, 50).unwrap();
     let v2 = cluster.deploy(script, &fixed, 50).unwrap();
     let load = Traffic::start(
         &cluster,
@@ -110,7 +160,7 @@ fn buggy_and_fixed(
     );
     for v in [&v1, &v2] {
         let start = std::time::Instant::now();
-        while requests(&cluster, script, v) < 10 {
+        while requests_last_60s(&cluster, script, v) < 10 {
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "{script} {v} serves no traffic after 60 s"
@@ -119,49 +169,73 @@ fn buggy_and_fixed(
         }
     }
     let dir = state_dir(test);
-    let (p1, p2) = std::thread::scope(|s| {
+    let (c1, c2) = std::thread::scope(|s| {
         let a = s.spawn(|| capture(&cluster, script, &v1, &dir.join("v1.pprof")));
         let b = s.spawn(|| capture(&cluster, script, &v2, &dir.join("v2.pprof")));
         (a.join().unwrap(), b.join().unwrap())
     });
-    let (r1, r2) = (
-        requests(&cluster, script, &v1),
-        requests(&cluster, script, &v2),
-    );
     drop(load);
     assert!(
-        r1 > 20 && r2 > 20,
-        "both versions served traffic ({r1}, {r2})"
+        c1.requests > 20 && c2.requests > 20,
+        "both versions served traffic during the captures ({}, {})",
+        c1.requests,
+        c2.requests
     );
-    Some(((p1, r1), (p2, r2)))
+    Some((c1, c2))
 }
 
 #[test]
 fn redundant_json_replacer_stands_out_and_the_fix_removes_it() {
-    let Some(((p1, r1), (p2, r2))) = buggy_and_fixed("case-json", "json-gateway") else {
+    let Some((v1, v2)) = buggy_and_fixed("case-json", "json-gateway") else {
         return;
     };
     let f = "json_gateway::replacer";
-    let (_, cum1, total1) = cpu_of(&p1, f);
-    let (_, cum2, _) = cpu_of(&p2, f);
+    let (_, cum1, total1) = cpu_of(&v1.profile, f);
     let share = cum1 as f64 / total1 as f64;
+    let per_request_ratio = v1.cpu_per_request(f) / v2.cpu_per_request(f).max(1.0);
+    eprintln!(
+        "{f}: {:.1} % of v1's CPU; per request v1 {:.0} ns ({} requests), v2 {:.0} ns ({} requests), v1/v2 {per_request_ratio:.2}",
+        share * 100.0,
+        v1.cpu_per_request(f),
+        v1.requests,
+        v2.cpu_per_request(f),
+        v2.requests
+    );
     assert!(
         share > 0.05,
         "{f} is above 5 % of v1's CPU (got {:.1} %)",
         share * 100.0
     );
-    let per_request_ratio = (cum1 as f64 / r1 as f64) / (cum2.max(1) as f64 / r2 as f64);
     assert!(
         per_request_ratio >= 2.5,
         "v2 spends ≥ 2.5× less CPU per request in {f} (ratio {per_request_ratio:.2})"
     );
     // Self-recursion: some v1 stack holds the replacer twice.
+    let p1 = &v1.profile;
     let recursive = p1.sample.iter().any(|s| {
-        edgeprof_pprof::stack_frames(&p1, s)
+        edgeprof_pprof::stack_frames(p1, s)
             .iter()
             .filter(|fr| fr.function == f)
             .count()
             >= 2
     });
     assert!(recursive, "{f} calls itself in v1's stacks");
+}
+
+#[test]
+fn duplicate_metrics_call_halves_the_builders_cpu_per_request_in_the_fix() {
+    let Some((v1, v2)) = buggy_and_fixed("case-metrics", "metrics-twice") else {
+        return;
+    };
+    let f = "metrics_twice::build_metrics";
+    let (before, after) = (v1.cpu_per_request(f), v2.cpu_per_request(f));
+    let ratio = after / before;
+    eprintln!(
+        "{f} per request: v1 {before:.0} ns ({} requests), v2 {after:.0} ns ({} requests), v2/v1 {ratio:.3}",
+        v1.requests, v2.requests
+    );
+    assert!(
+        (0.35..=0.65).contains(&ratio),
+        "the fix builds the metrics once, not twice: its CPU per request in {f} is 0.5 ± 0.15 of before (got {ratio:.3}: {after:.0} / {before:.0} ns)"
+    );
 }

@@ -83,14 +83,18 @@ fn cpu_capture(file: &str, requests: usize) -> edgeprof_sampler::CaptureResult {
 }
 
 #[test]
-fn json_gateway_replacer_is_the_top_function_by_flat_time() {
+fn json_gateway_replacer_is_among_the_top_functions_above_5_percent() {
+    // Issue 6's claim. Not "the top function": `serialize`'s own flat time
+    // is as large or larger (1.0–1.2× the replacer's in 6 runs, on main
+    // too, where this test asserted rank 1 and failed).
     let cap = cpu_capture("json-gateway.wasm", 40);
     let rows = top(&cap.profile, "cpu");
     assert!(cap.samples > 50, "{} samples", cap.samples);
-    assert_eq!(
-        rows[0].0,
-        "json_gateway::replacer",
-        "top rows: {:?}",
+    let total: i64 = rows.iter().map(|r| r.1).sum();
+    let rank = rows.iter().position(|r| r.0 == "json_gateway::replacer");
+    assert!(
+        rank.is_some_and(|i| i < 3 && rows[i].1 as f64 > 0.05 * total as f64),
+        "replacer at rank {rank:?} of {total} ns; top rows: {:?}",
         &rows[..5]
     );
     let out = go_pprof_top(&cap.profile);

@@ -550,16 +550,10 @@ async fn requests_served_during_the_capture_are_summed_over_the_merged_isolates(
     for a in [&m1, &m2, &broken] {
         a.heartbeat(cp.cp.grpc_addr).await;
     }
-    let (status, started, _, _) = cp
-        .post_json(
-            "/v1/accounts/acme/profiles",
-            Some(&cp.token),
-            &json!({"script": "api", "duration_ms": 1000}),
-        )
+    let session = cp
+        .capture_session(&json!({"script": "api", "duration_ms": 1000}))
         .await;
-    assert_eq!(status, 202, "{started}");
-    let id = started["id"].as_str().unwrap();
-    let session = cp.wait_session(id, Duration::from_secs(10)).await;
+    let id = session["id"].as_str().unwrap();
     assert_eq!(session["status"], "partial", "{session}");
     assert_eq!(session["requests"], 7 + 11 + 5, "{session}");
     let (_, history, _) = cp.get("/v1/accounts/acme/profiles?script=api").await;
@@ -583,16 +577,10 @@ async fn requests_served_during_the_capture_are_summed_over_the_merged_isolates(
     )
     .await;
     old.heartbeat(cp.cp.grpc_addr).await;
-    let (status, started, _, _) = cp
-        .post_json(
-            "/v1/accounts/acme/profiles",
-            Some(&cp.token),
-            &json!({"script": "api", "duration_ms": 1000, "data_center": "fra"}),
-        )
+    let session = cp
+        .capture_session(&json!({"script": "api", "duration_ms": 1000, "data_center": "fra"}))
         .await;
-    assert_eq!(status, 202, "{started}");
-    let id = started["id"].as_str().unwrap();
-    let session = cp.wait_session(id, Duration::from_secs(10)).await;
+    let id = session["id"].as_str().unwrap();
     assert_eq!(session["status"], "done", "{session}");
     assert_eq!(session["requests"], json!(null), "{session}");
     let (_, _, pprof) = cp

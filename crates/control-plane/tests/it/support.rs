@@ -166,6 +166,17 @@ impl Cp {
         (status, json, bytes)
     }
 
+    /// Starts an asynchronous capture (`POST …/profiles` with `body`) and
+    /// waits for its session to end; returns the session.
+    pub async fn capture_session(&self, body: &serde_json::Value) -> serde_json::Value {
+        let (status, started, _, _) = self
+            .post_json("/v1/accounts/acme/profiles", Some(&self.token), body)
+            .await;
+        assert_eq!(status, 202, "{started}");
+        let id = started["id"].as_str().expect("a session id");
+        self.wait_session(id, Duration::from_secs(10)).await
+    }
+
     /// Polls a session until it leaves pending/capturing/merging.
     pub async fn wait_session(&self, id: &str, limit: Duration) -> serde_json::Value {
         let t0 = std::time::Instant::now();

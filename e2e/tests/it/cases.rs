@@ -3,6 +3,7 @@
 //! compare what the profiles say per request, dividing by the requests each
 //! capture counted (as `edgeprof profile` reports them).
 
+use std::path::Path;
 use std::time::Duration;
 
 use edgeprof_e2e::traffic::Target;
@@ -61,7 +62,7 @@ impl Capture {
     }
 }
 
-fn capture(cluster: &Cluster, script: &str, version: &str, file: &std::path::Path) -> Capture {
+fn capture(cluster: &Cluster, script: &str, version: &str, load: &Load, file: &Path) -> Capture {
     let out = cluster
         .cli()
         .args([
@@ -70,7 +71,7 @@ fn capture(cluster: &Cluster, script: &str, version: &str, file: &std::path::Pat
             "--version",
             version,
             "--duration",
-            "4s",
+            &format!("{}s", load.capture_secs),
             "--json",
             "-o",
         ])
@@ -107,7 +108,7 @@ fn capture(cluster: &Cluster, script: &str, version: &str, file: &std::path::Pat
 
 /// `go tool pprof -top FILE`, or `None` (after saying why) without Go
 /// outside CI.
-fn go_pprof_top(file: &std::path::Path) -> Option<String> {
+fn go_pprof_top(file: &Path) -> Option<String> {
     match std::process::Command::new("go")
         .args(["tool", "pprof", "-top"])
         .arg(file)
@@ -130,9 +131,15 @@ fn go_pprof_top(file: &std::path::Path) -> Option<String> {
     }
 }
 
+/// Traffic to the script (both versions) and how long each capture lasts.
+struct Load {
+    requests_per_sec: f64,
+    capture_secs: u32,
+}
+
 /// Deploys the buggy and fixed builds 50/50, runs traffic, captures both
 /// versions over the same window; returns the (buggy, fixed) captures.
-fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
+fn buggy_and_fixed(test: &str, script: &str, load: &Load) -> Option<(Capture, Capture)> {
     let buggy = worker(script)?;
     let fixed = worker(&format!("{script}-fixed"))?;
     let mut o = ClusterOptions::new(state_dir(test));
@@ -142,7 +149,7 @@ fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
     let cluster = Cluster::start(o).unwrap();
     let v1 = cluster.deploy(script, &buggy, 50).unwrap();
     let v2 = cluster.deploy(script, &fixed, 50).unwrap();
-    let load = Traffic::start(
+    let traffic = Traffic::start(
         &cluster,
         TrafficMix {
             targets: vec![(
@@ -152,7 +159,7 @@ fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
                     path: "/".into(),
                 },
             )],
-            rate: 30.0,
+            rate: load.requests_per_sec,
             max_duration: Duration::from_secs(60),
             max_requests: 10_000,
             concurrency: 4,
@@ -170,11 +177,11 @@ fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
     }
     let dir = state_dir(test);
     let (c1, c2) = std::thread::scope(|s| {
-        let a = s.spawn(|| capture(&cluster, script, &v1, &dir.join("v1.pprof")));
-        let b = s.spawn(|| capture(&cluster, script, &v2, &dir.join("v2.pprof")));
+        let a = s.spawn(|| capture(&cluster, script, &v1, load, &dir.join("v1.pprof")));
+        let b = s.spawn(|| capture(&cluster, script, &v2, load, &dir.join("v2.pprof")));
         (a.join().unwrap(), b.join().unwrap())
     });
-    drop(load);
+    drop(traffic);
     assert!(
         c1.requests > 20 && c2.requests > 20,
         "both versions served traffic during the captures ({}, {})",
@@ -186,7 +193,11 @@ fn buggy_and_fixed(test: &str, script: &str) -> Option<(Capture, Capture)> {
 
 #[test]
 fn redundant_json_replacer_stands_out_and_the_fix_removes_it() {
-    let Some((v1, v2)) = buggy_and_fixed("case-json", "json-gateway") else {
+    let load = Load {
+        requests_per_sec: 30.0,
+        capture_secs: 4,
+    };
+    let Some((v1, v2)) = buggy_and_fixed("case-json", "json-gateway", &load) else {
         return;
     };
     let f = "json_gateway::replacer";
@@ -224,7 +235,14 @@ fn redundant_json_replacer_stands_out_and_the_fix_removes_it() {
 
 #[test]
 fn duplicate_metrics_call_halves_the_builders_cpu_per_request_in_the_fix() {
-    let Some((v1, v2)) = buggy_and_fixed("case-metrics", "metrics-twice") else {
+    // Requests of 1.5–3.5 ms: twice the json case's traffic and 6 s
+    // captures give each version ~180 requests, so the ratio is read to
+    // about ±0.05 (4 s at 30/s, ~60 requests each, spread 0.42–0.59).
+    let load = Load {
+        requests_per_sec: 60.0,
+        capture_secs: 6,
+    };
+    let Some((v1, v2)) = buggy_and_fixed("case-metrics", "metrics-twice", &load) else {
         return;
     };
     let f = "metrics_twice::build_metrics";

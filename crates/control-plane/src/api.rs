@@ -34,7 +34,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use crate::capture::{CaptureSpec, Captures, Failure, ProfileKind, StartError};
+use crate::capture::{BusyReason, CaptureSpec, Captures, Failure, ProfileKind, StartError};
 use crate::fleet::{Fleet, Target, TargetQuery};
 use crate::metrics::Metrics;
 use crate::store::{DeploymentEntry, ScriptVersion, SessionRow, Store, StoreError};
@@ -821,15 +821,26 @@ async fn prepare_capture(
 
 fn start_error(e: StartError) -> ApiError {
     match e {
-        StartError::Busy(b) => ApiError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            code: "too_many_captures",
-            message: format!(
-                "{} captures of this script are already running (the limit); retry in {} s",
-                b.running, b.retry_after_secs
-            ),
-            retry_after: Some(b.retry_after_secs),
-        },
+        StartError::Busy(b) => {
+            let message = match &b.reason {
+                BusyReason::Limit => format!(
+                    "{} captures of this script are already running (the limit); retry in {} s",
+                    b.running, b.retry_after_secs
+                ),
+                BusyReason::Overlap(isolates) => format!(
+                    "a running capture already profiles {} of these isolates ({}); an isolate is profiled by one capture at a time; retry in {} s",
+                    isolates.len(),
+                    isolates.join(", "),
+                    b.retry_after_secs
+                ),
+            };
+            ApiError {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                code: "too_many_captures",
+                message,
+                retry_after: Some(b.retry_after_secs),
+            }
+        }
         StartError::Store(e) => e.into(),
     }
 }

@@ -1,4 +1,5 @@
-//! Capture sessions: the per-script concurrency limit, the fan-out of
+//! Capture sessions: the per-script concurrency limit (and one capture per
+//! isolate at a time), the fan-out of
 //! `NodeAgent.Capture` to every target machine at once, the labelled merge
 //! (with the requests the merged isolates served, as the session's
 //! `requests` and a `requests: N` comment in the pprof), and the session's
@@ -94,19 +95,33 @@ pub struct CaptureSettings {
     pub max_agent_response_bytes: usize,
 }
 
-/// A capture refused because too many of the same script are running.
+/// A capture refused because others of the same script are running.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Busy {
-    /// How many are running.
+    /// How many captures of the script are running.
     pub running: usize,
-    /// Seconds until the earliest one should end.
+    /// Why this one cannot start now.
+    pub reason: BusyReason,
+    /// Seconds until the earliest capture in the way should end.
     pub retry_after_secs: u64,
+}
+
+/// Why a capture must wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusyReason {
+    /// The per-script limit is reached.
+    Limit,
+    /// A running capture already profiles some of the same isolates (an
+    /// isolate's profiler serves one capture at a time); these, as
+    /// `machine/isolate`.
+    Overlap(Vec<String>),
 }
 
 /// Why a capture could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// Too many captures of the script are running.
+    /// Too many captures of the script are running, or one profiles the
+    /// same isolates.
     #[error("{} captures of this script are already running", .0.running)]
     Busy(Busy),
     /// The session could not be stored.
@@ -114,7 +129,15 @@ pub enum StartError {
     Store(#[from] StoreError),
 }
 
-type Slots = Arc<Mutex<HashMap<(String, String), Vec<(String, Instant)>>>>;
+/// A capture in progress: its session, when it should end at the latest,
+/// and the isolates (`machine/isolate`) it profiles.
+struct Running {
+    id: String,
+    end: Instant,
+    isolates: Vec<String>,
+}
+
+type Slots = Arc<Mutex<HashMap<(String, String), Vec<Running>>>>;
 
 struct SlotGuard {
     slots: Slots,
@@ -126,7 +149,7 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         let mut map = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = map.get_mut(&self.key) {
-            v.retain(|(id, _)| id != &self.id);
+            v.retain(|r| r.id != self.id);
             if v.is_empty() {
                 map.remove(&self.key);
             }
@@ -174,22 +197,44 @@ impl Captures {
 
     fn acquire(&self, spec: &CaptureSpec, id: &str) -> Result<SlotGuard, Busy> {
         let key = (spec.account.clone(), spec.script.clone());
+        let isolates: Vec<String> = spec
+            .targets
+            .iter()
+            .map(|t| format!("{}/{}", t.machine, t.isolate))
+            .collect();
         let mut map = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let running = map.entry(key.clone()).or_default();
+        let now = Instant::now();
+        let wait = |r: &Running| r.end.saturating_duration_since(now);
+        let busy = |reason, soonest: Duration| Busy {
+            running: running.len(),
+            reason,
+            retry_after_secs: soonest.as_secs_f64().ceil().max(1.0) as u64,
+        };
         if running.len() >= self.settings.max_per_script {
-            let now = Instant::now();
-            let soonest = running
-                .iter()
-                .map(|(_, end)| end.saturating_duration_since(now))
-                .min()
-                .unwrap_or_default();
-            return Err(Busy {
-                running: running.len(),
-                retry_after_secs: soonest.as_secs_f64().ceil().max(1.0) as u64,
-            });
+            let soonest = running.iter().map(wait).min().unwrap_or_default();
+            return Err(busy(BusyReason::Limit, soonest));
         }
-        let end = Instant::now() + spec.duration + self.settings.slack;
-        running.push((id.to_owned(), end));
+        let in_the_way: Vec<&Running> = running
+            .iter()
+            .filter(|r| r.isolates.iter().any(|i| isolates.contains(i)))
+            .collect();
+        if !in_the_way.is_empty() {
+            let mut shared: Vec<String> = isolates
+                .iter()
+                .filter(|i| in_the_way.iter().any(|r| r.isolates.contains(i)))
+                .cloned()
+                .collect();
+            shared.sort();
+            // All of them must end before every shared isolate is free.
+            let latest = in_the_way.iter().map(|r| wait(r)).max().unwrap_or_default();
+            return Err(busy(BusyReason::Overlap(shared), latest));
+        }
+        running.push(Running {
+            id: id.to_owned(),
+            end: now + spec.duration + self.settings.slack,
+            isolates,
+        });
         Ok(SlotGuard {
             slots: self.slots.clone(),
             key,

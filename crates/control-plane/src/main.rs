@@ -68,7 +68,8 @@ struct Args {
         global = true
     )]
     capture_slack_ms: u64,
-    /// Most captures of one script running at once (more get 429).
+    /// Most captures of one script running at once (more get 429; so does a
+    /// capture of isolates another capture is profiling).
     #[arg(
         long,
         env = "EDGEPROF_MAX_CAPTURES_PER_SCRIPT",

@@ -299,6 +299,9 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         bytes.len(),
         requests_summary(&session, args.duration)
     );
+    if let Some(note) = empty_profile_note(&bytes, args.kind) {
+        eprintln!("edgeprof: note: {note}");
+    }
     if args.json {
         serde_json::to_writer(&mut *out, &session)?;
         writeln!(out)?;
@@ -321,6 +324,26 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why a capture that succeeded holds no sample, so an empty flamegraph
+/// is not mistaken for a broken one; `None` when it has samples.
+fn empty_profile_note(pprof: &[u8], kind: Kind) -> Option<String> {
+    let profile = edgeprof_pprof::decode(pprof).ok()?;
+    if !profile.sample.is_empty() {
+        return None;
+    }
+    Some(match kind {
+        Kind::Cpu => "the profile holds no samples: the profiled isolates used less CPU than one \
+                     sampling interval during the capture; capture for longer or under more traffic"
+            .to_owned(),
+        Kind::Heap => {
+            "the profile holds no samples: the profiled isolates allocated less than the \
+                       heap sampling interval (512 KiB on average) during the capture and hold no \
+                       sampled object; capture for longer or under more traffic"
+                .to_owned()
+        }
+    })
 }
 
 /// What the summary says of the requests served during the capture: the
@@ -721,6 +744,38 @@ mod memory_tests {
 #[cfg(test)]
 mod summary_tests {
     use super::*;
+
+    #[test]
+    fn an_empty_profile_is_explained() {
+        let types = [("samples", "count"), ("cpu", "nanoseconds")];
+        let empty = edgeprof_pprof::encode(&edgeprof_pprof::ProfileBuilder::new(&types).build());
+        let note = empty_profile_note(&empty, Kind::Cpu).unwrap();
+        assert!(
+            note.starts_with("the profile holds no samples: the profiled isolates used less CPU than one sampling interval"),
+            "{note}"
+        );
+        assert!(
+            empty_profile_note(&empty, Kind::Heap)
+                .unwrap()
+                .contains("512 KiB")
+        );
+        let mut b = edgeprof_pprof::ProfileBuilder::new(&types);
+        let f = b.function("main", "main", "main.rs", 1);
+        let l = b.location(
+            0,
+            0,
+            &[edgeprof_pprof::LineSpec {
+                function_id: f,
+                line: 1,
+                column: 0,
+            }],
+        );
+        b.add_sample(&[l], &[1, 1_000_000], &[]);
+        assert_eq!(
+            empty_profile_note(&edgeprof_pprof::encode(&b.build()), Kind::Cpu),
+            None
+        );
+    }
 
     #[test]
     fn requests_in_the_summary() {

@@ -244,10 +244,14 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
     let (export, rest) = commands.split_first().expect("printed commands");
     assert!(export.starts_with("export "), "{export}");
     assert!(rest.len() >= 6, "{commands:#?}");
+    let mut durable_object_stderr = String::new();
     for command in rest {
         let out = paste(export, command, &work);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
+        if command.contains("--durable-object") {
+            durable_object_stderr = stderr.clone().into_owned();
+        }
         assert!(
             out.status.success(),
             "`{command}` failed ({}):\n{stdout}\n{stderr}",
@@ -276,7 +280,13 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
     let counter =
         edgeprof_pprof::decode(&std::fs::read(work.join("counter.pprof")).unwrap()).unwrap();
     let objects = crate::capture::labels(&counter, "durable_object");
-    if !counter.sample.is_empty() {
+    if counter.sample.is_empty() {
+        // …and the user is told why the flamegraph is empty.
+        assert!(
+            durable_object_stderr.contains("note: the profile holds no samples"),
+            "{durable_object_stderr}"
+        );
+    } else {
         assert_eq!(objects, [format!("counter-object:{:064x}", 1)].into());
     }
 

@@ -280,7 +280,6 @@ fn killed_agent_gives_partial_naming_it_and_exit_3() {
     cluster.kill_agent("sjc-m02").unwrap();
     let out = child.wait_with_output().unwrap();
     let took = started.elapsed();
-    drop(load);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         out.status.code(),
@@ -301,6 +300,45 @@ fn killed_agent_gives_partial_naming_it_and_exit_3() {
         machines.contains("lhr-m01") && !machines.contains("sjc-m02"),
         "{machines:?}"
     );
+
+    // The rest of the edge keeps serving: every surviving machine answers,
+    // and once the dead one has left the registry a capture is whole again.
+    let http = reqwest::blocking::Client::new();
+    for (_, m) in cluster.machines().filter(|(_, m)| m.id != "sjc-m02") {
+        let status = http
+            .get(format!("{}/json-gateway/", m.http))
+            .send()
+            .map(|r| r.status().as_u16());
+        assert_eq!(status.ok(), Some(200), "{} still serves", m.id);
+    }
+    let start = Instant::now();
+    while cluster.live_machines().unwrap() > 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the killed agent leaves the registry"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = state_dir("fault").join("after.pprof");
+    let out = cluster
+        .cli()
+        .args(["profile", "json-gateway", "--duration", "2s", "-o"])
+        .arg(&after)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile = edgeprof_pprof::decode(&std::fs::read(&after).unwrap()).unwrap();
+    let machines = labels(&profile, "machine");
+    assert!(
+        machines.len() == 3 && !machines.contains("sjc-m02"),
+        "{machines:?}"
+    );
+    drop(load);
 }
 
 #[test]

@@ -887,14 +887,19 @@ impl v1::registry_server::Registry for RegistryService {
             // and it may not answer, so do not send the caller there.
             let silent = self.fleet.silent_for(&placement.machine_id);
             let left = self.fleet.lease().saturating_sub(silent);
-            return Err(Status::unavailable(format!(
+            let mut status = Status::unavailable(format!(
                 "durable object {}:{object_id} lives on machine {}, which has not been heard from for {:.1} s; \
                  it moves to a live machine once that machine's lease ends (in {:.1} s at most); retry then",
                 req.namespace,
                 placement.machine_id,
                 silent.as_secs_f64(),
                 left.as_secs_f64(),
-            )));
+            ));
+            // The agent turns it into the HTTP answer's Retry-After.
+            if let Ok(v) = left.as_millis().to_string().parse() {
+                status.metadata_mut().insert("retry-after-ms", v);
+            }
+            return Err(status);
         };
         Ok(Response::new(v1::PlaceDurableObjectResponse {
             owner: Some(v1::Machine {

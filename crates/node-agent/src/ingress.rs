@@ -28,7 +28,7 @@ use rand::Rng;
 
 use crate::hosting::{Hosting, ObjectHere, ServeError, Slot, VersionRef};
 use crate::metrics::Metrics;
-use crate::registry::{DeployedScript, Registry};
+use crate::registry::{DeployedScript, PlacementUnavailable, Registry};
 
 /// Largest request body passed to a worker.
 pub const MAX_BODY: usize = 1 << 20;
@@ -389,7 +389,18 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
         .registry
         .place_durable_object(&script.account, namespace, namespace, id)
         .await
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+        .map_err(|e| {
+            let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
+            let retry = e
+                .downcast_ref::<PlacementUnavailable>()
+                .and_then(|p| p.retry_after);
+            if let Some(retry) = retry {
+                let secs = retry.as_secs_f64().ceil().max(1.0) as u64;
+                resp.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, secs.into());
+            }
+            resp
+        })?;
     let owner = placed.owner.unwrap_or_default();
     if owner.id != s.registry.machine.id {
         s.hosting.drop_durable_object(key);

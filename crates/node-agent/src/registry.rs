@@ -282,12 +282,32 @@ impl Registry {
                 object_id: object_id.into(),
             }))
             .await
-            .map_err(|s| {
-                anyhow!(
+            .map_err(|s| PlacementUnavailable {
+                message: format!(
                     "place durable object {namespace}:{object_id}: {}",
                     s.message()
-                )
+                ),
+                retry_after: s
+                    .metadata()
+                    .get(RETRY_AFTER_MS)
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .map(Duration::from_millis),
             })?;
         Ok((resp.into_inner(), sent))
     }
+}
+
+/// gRPC metadata key with which the control plane says, in milliseconds,
+/// when a refused placement is worth asking for again.
+pub const RETRY_AFTER_MS: &str = "retry-after-ms";
+
+/// The control plane could not place an object now (e.g. its owner is
+/// silent but still leased), and maybe when to ask again.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PlacementUnavailable {
+    /// What the control plane said.
+    pub message: String,
+    /// When to ask again, if the control plane said.
+    pub retry_after: Option<Duration>,
 }

@@ -12,13 +12,24 @@ const OWNER: &str = "lhr-m01";
 const LEASE: Duration = Duration::from_secs(8);
 
 /// `POST …/increment` on `base`: the status and the body.
-fn increment(client: &reqwest::blocking::Client, base: &str, id: &str) -> (u16, String) {
+/// (status, body, Retry-After seconds) of one increment through `base`.
+fn increment(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    id: &str,
+) -> (u16, String, Option<u64>) {
     match client
         .post(format!("{base}/do/counter-object/{id}/increment"))
         .send()
     {
-        Ok(r) => (r.status().as_u16(), r.text().unwrap_or_default()),
-        Err(e) => (0, format!("transport error: {e}")),
+        Ok(r) => {
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()?.parse().ok());
+            (r.status().as_u16(), r.text().unwrap_or_default(), retry)
+        }
+        Err(e) => (0, format!("transport error: {e}"), None),
     }
 }
 
@@ -27,7 +38,7 @@ fn increment(client: &reqwest::blocking::Client, base: &str, id: &str) -> (u16, 
 fn increment_ok(client: &reqwest::blocking::Client, base: &str, id: &str) -> u64 {
     let start = Instant::now();
     loop {
-        let (status, body) = increment(client, base, id);
+        let (status, body, _) = increment(client, base, id);
         if status == 200 {
             return body
                 .trim()
@@ -81,10 +92,15 @@ fn durable_object_never_lives_twice_when_its_machine_stalls() {
     cluster.pause_agent(OWNER).unwrap();
     std::thread::sleep(Duration::from_millis(3500));
     for _ in 0..3 {
-        let (status, body) = increment(&client, &b, &id);
+        let (status, body, retry) = increment(&client, &b, &id);
         assert_eq!(
             status, 503,
             "no second copy while {OWNER} holds its lease: {body}"
+        );
+        // Retry-After: at most the rest of the owner's lease.
+        assert!(
+            retry.is_some_and(|r| (1..=LEASE.as_secs()).contains(&r)),
+            "Retry-After {retry:?}: {body}"
         );
         assert!(
             body.contains(&format!("lives on machine {OWNER}")) && body.contains("retry"),

@@ -118,6 +118,15 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
         "the check ran inside the lease"
     );
     assert_eq!(err.code(), tonic::Code::Unavailable, "{}", err.message());
+    let retry_ms: u64 = err
+        .metadata()
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("retry-after-ms metadata");
+    assert!(
+        retry_ms <= LEASE.as_millis() as u64,
+        "retry after {retry_ms} ms, within the lease"
+    );
     let msg = err.message();
     assert!(
         msg.contains(&format!("durable object rooms:{x} lives on machine m1"))

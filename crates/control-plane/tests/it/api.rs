@@ -356,6 +356,24 @@ async fn tokens_are_scoped_to_one_account() {
     assert_eq!(names, vec!["api"]);
 }
 
+/// Agents `m1` in lhr (isolate `i1`) and `m2` in sjc (`i2`) running
+/// version `v` of `api`, registered by a heartbeat.
+async fn lhr_and_sjc_agents(cp: &Cp, v: &str) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    for (machine, dc, isolate) in [("m1", "lhr", "i1"), ("m2", "sjc", "i2")] {
+        let agent = Agent::start(
+            machine,
+            dc,
+            Behavior::Answer,
+            vec![support::isolate(isolate, "api", v)],
+        )
+        .await;
+        agent.heartbeat(cp.cp.grpc_addr).await;
+        agents.push(agent);
+    }
+    agents
+}
+
 #[tokio::test]
 async fn too_many_captures_of_one_script_get_429_with_retry_after() {
     let (_dir, db) = support::sqlite();
@@ -363,18 +381,7 @@ async fn too_many_captures_of_one_script_get_429_with_retry_after() {
     config.max_captures_per_script = 2;
     let cp = Cp::start(config).await;
     let v = cp.deploy("api", None).await;
-    let mut agents = Vec::new();
-    for (machine, dc, isolate) in [("m1", "lhr", "i1"), ("m2", "sjc", "i2")] {
-        let agent = Agent::start(
-            machine,
-            dc,
-            Behavior::Answer,
-            vec![support::isolate(isolate, "api", &v)],
-        )
-        .await;
-        agent.heartbeat(cp.cp.grpc_addr).await;
-        agents.push(agent);
-    }
+    let _agents = lhr_and_sjc_agents(&cp, &v).await;
     // Two captures of different isolates (one per data center) run at once.
     for dc in ["lhr", "sjc"] {
         let body = json!({"script": "api", "duration_ms": 3000, "data_center": dc});
@@ -436,18 +443,7 @@ async fn a_capture_of_isolates_already_being_captured_gets_429_naming_them() {
     config.max_captures_per_script = 4;
     let cp = Cp::start(config).await;
     let v = cp.deploy("api", None).await;
-    let mut agents = Vec::new();
-    for (machine, dc, isolate) in [("m1", "lhr", "i1"), ("m2", "sjc", "i2")] {
-        let agent = Agent::start(
-            machine,
-            dc,
-            Behavior::Answer,
-            vec![support::isolate(isolate, "api", &v)],
-        )
-        .await;
-        agent.heartbeat(cp.cp.grpc_addr).await;
-        agents.push(agent);
-    }
+    let _agents = lhr_and_sjc_agents(&cp, &v).await;
     let capture = |body: serde_json::Value| {
         let cp = &cp;
         async move {

@@ -30,7 +30,8 @@ pub mod rt;
 pub const HEAP_SAMPLE_MEAN_BYTES: u64 = 512 * 1024;
 
 /// Exports `$f: fn(Request) -> Response` as the worker's handler
-/// (`edgeprof_alloc`, `edgeprof_handle`, `edgeprof_allocated_bytes`).
+/// (`edgeprof_alloc`, `edgeprof_handle`, `edgeprof_allocated_bytes`,
+/// `edgeprof_heap_seed`).
 #[macro_export]
 macro_rules! handler {
     ($f:path) => {
@@ -45,6 +46,10 @@ macro_rules! handler {
         #[unsafe(no_mangle)]
         pub extern "C" fn edgeprof_allocated_bytes() -> i64 {
             $crate::rt::allocated_bytes()
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn edgeprof_heap_seed(seed: i64) {
+            $crate::rt::seed_heap_sampling(seed)
         }
     };
 }

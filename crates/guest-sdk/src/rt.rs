@@ -66,6 +66,19 @@ pub fn allocated_bytes() -> i64 {
     STATE.get().allocated.get() as i64
 }
 
+/// `edgeprof_heap_seed`: seeds the sampling thresholds. The host calls it
+/// once per isolate with a random value, so that isolates of one version do
+/// not all sample the same allocations (with one fixed seed every isolate
+/// drew the same intervals, and all went without a sample over the same
+/// stretch of their requests).
+pub fn seed_heap_sampling(seed: i64) {
+    let s = STATE.get();
+    // xorshift's state must not be zero.
+    s.rng
+        .set(if seed == 0 { DEFAULT_SEED } else { seed as u64 });
+    s.until_sample.set(s.next_interval());
+}
+
 struct Single<T>(UnsafeCell<T>);
 // SAFETY: wasm32-unknown-unknown (no atomics feature) has one thread.
 unsafe impl<T> Sync for Single<T> {}
@@ -84,6 +97,8 @@ const TABLE: usize = 4096;
 const PROBE: usize = 64;
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = u32::MAX;
+/// The thresholds' seed until the host calls `edgeprof_heap_seed`.
+const DEFAULT_SEED: u64 = 0x9E37_79B9_7F4A_7C15;
 
 struct State {
     allocated: Cell<u64>,
@@ -96,7 +111,7 @@ struct State {
 static STATE: Single<State> = Single(UnsafeCell::new(State {
     allocated: Cell::new(0),
     until_sample: Cell::new(0),
-    rng: Cell::new(0x9E37_79B9_7F4A_7C15),
+    rng: Cell::new(DEFAULT_SEED),
     live: Cell::new(0),
     sampled: [const { Cell::new(0) }; TABLE],
 }));

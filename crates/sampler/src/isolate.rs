@@ -152,6 +152,14 @@ fn capture_stack(ctx: impl AsContext, max_frames: usize) -> (Vec<RawFrame>, bool
 
 const MAX_LOG_LINES: usize = 1000;
 
+/// A seed for one isolate's heap sampling thresholds, different for every
+/// isolate. std's `RandomState` takes its keys from the OS once per thread
+/// and steps them on every call, which is all this needs.
+fn heap_seed() -> i64 {
+    use std::hash::{BuildHasher, Hasher, RandomState};
+    RandomState::new().build_hasher().finish() as i64
+}
+
 /// One instance of one module. `Send`: move it to the thread that serves it.
 pub struct Isolate {
     store: Store<HostState>,
@@ -317,6 +325,17 @@ impl Isolate {
         let allocated_bytes = instance
             .get_typed_func::<(), i64>(&mut store, "edgeprof_allocated_bytes")
             .ok();
+        if instance
+            .get_func(&mut store, "edgeprof_heap_seed")
+            .is_some()
+        {
+            const SEED: &str = "export `edgeprof_heap_seed: (i64) -> ()`";
+            instance
+                .get_typed_func::<i64, ()>(&mut store, "edgeprof_heap_seed")
+                .map_err(|e| abi_err(SEED, e))?
+                .call(&mut store, heap_seed())
+                .map_err(|e| abi_err(SEED, e))?;
+        }
         Ok(Isolate {
             store,
             memory,

@@ -172,13 +172,20 @@ fn dashboard_in_chromium_on_a_real_capture() {
             .build()
             .unwrap(),
     };
+    // The 429 check below starts one capture in each data center, so both
+    // must have reported recent requests (the traffic reaches sjc's machine
+    // a heartbeat later than lhr's on a loaded machine).
     let start = Instant::now();
-    while rest.get(&format!("/scripts/{SCRIPT}/targets?version={serving}"))["targets"]
-        .as_array()
-        .is_none_or(Vec::is_empty)
-    {
-        assert!(start.elapsed() < WAIT, "{SCRIPT} serves no traffic");
-        std::thread::sleep(Duration::from_millis(200));
+    for dc in ["lhr", "sjc"] {
+        while rest.get(&format!(
+            "/scripts/{SCRIPT}/targets?version={serving}&data_center={dc}"
+        ))["targets"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            assert!(start.elapsed() < WAIT, "{SCRIPT} serves no traffic in {dc}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     let mut b = Browser::start(1400, 1000);

@@ -475,7 +475,7 @@ impl ProfilerHandle {
             ProfileKind::Heap => {
                 let (live, stacks) = live.unwrap_or_default();
                 for (id, v) in &capture.heap {
-                    sym.stack(&mut b, &stacks[id], &mut ids);
+                    sym.heap_stack(&mut b, &stacks[id], &mut ids);
                     let (io, is) = live.get(id).copied().unwrap_or_default();
                     b.add_sample(
                         &ids,
@@ -492,7 +492,7 @@ impl ProfilerHandle {
                     if capture.heap.contains_key(id) {
                         continue;
                     }
-                    sym.stack(&mut b, &stacks[id], &mut ids);
+                    sym.heap_stack(&mut b, &stacks[id], &mut ids);
                     b.add_sample(&ids, &[0, 0, io.round() as i64, is.round() as i64], &[]);
                 }
             }
@@ -519,6 +519,22 @@ impl Symbolizer<'_> {
         for f in stack {
             ids.push(self.location(b, *f));
         }
+    }
+
+    /// A heap sample's stack without the sampling allocator's own frames
+    /// on top (all of them if nothing else is left).
+    fn heap_stack(&mut self, b: &mut ProfileBuilder, stack: &[RawFrame], ids: &mut Vec<u64>) {
+        let symbols = &self.module.symbols;
+        let skip = stack
+            .iter()
+            .take_while(|f| matches!(f, RawFrame::Wasm { func, .. } if symbols.is_allocator(*func)))
+            .count();
+        let trimmed = if skip < stack.len() {
+            &stack[skip..]
+        } else {
+            stack
+        };
+        self.stack(b, trimmed, ids);
     }
 
     fn location(&mut self, b: &mut ProfileBuilder, frame: RawFrame) -> u64 {

@@ -25,6 +25,8 @@ struct DwarfSections {
 /// Per-module symbol information.
 pub(crate) struct ModuleSymbols {
     names: FxHashMap<u32, String>,
+    /// Functions of the sampling allocator itself ([`is_allocator_frame`]).
+    allocator: rustc_hash::FxHashSet<u32>,
     code_section_offset: Option<u64>,
     dwarf: DwarfSections,
     context: Mutex<Option<Option<addr2line::Context<Reader>>>>,
@@ -89,8 +91,14 @@ impl ModuleSymbols {
             names.entry(index).or_insert(name);
         }
         let has_dwarf = dwarf.sections.contains_key(".debug_info");
+        let allocator = names
+            .iter()
+            .filter(|(_, name)| is_allocator_frame(name))
+            .map(|(&index, _)| index)
+            .collect();
         ModuleSymbols {
             names,
+            allocator,
             code_section_offset,
             dwarf,
             context: Mutex::new(None),
@@ -106,6 +114,11 @@ impl ModuleSymbols {
             .get(&index)
             .cloned()
             .unwrap_or_else(|| format!("wasm-function[{index}]"))
+    }
+
+    /// Is function `index` part of the guest's sampling allocator?
+    pub fn is_allocator(&self, index: u32) -> bool {
+        self.allocator.contains(&index)
     }
 
     /// Source frames for a module offset, innermost (inlined) first; empty
@@ -164,6 +177,26 @@ impl ModuleSymbols {
         let dwarf = gimli::Dwarf::load(load).ok()?;
         addr2line::Context::from_dwarf(dwarf).ok()
     }
+}
+
+/// The frames a heap sample starts with that are the sampling machinery,
+/// not the program: the guest SDK's allocator and the Rust global allocator
+/// shims that call it. Heap stacks start below them, at the code that asked
+/// for memory, as Go's heap profiles start at the caller of `mallocgc`;
+/// otherwise every byte's flat would be the SDK's `on_alloc`.
+pub(crate) fn is_allocator_frame(name: &str) -> bool {
+    let shim = name.strip_prefix("__rustc::").unwrap_or(name);
+    name.starts_with("edgeprof_guest_sdk::rt::")
+        || name.starts_with("<edgeprof_guest_sdk::rt::SamplingAllocator as ")
+        || matches!(
+            shim,
+            "__rust_alloc"
+                | "__rust_alloc_zeroed"
+                | "__rust_realloc"
+                | "__rg_alloc"
+                | "__rg_alloc_zeroed"
+                | "__rg_realloc"
+        )
 }
 
 /// Rust symbol names demangled without the hash; other names unchanged.

@@ -194,6 +194,21 @@ fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
         instr as f64 >= 0.6 * total as f64,
         "instrumentation cum {instr} of {total}: {rows:?}"
     );
+    // Stacks start at the code that asked for memory, not in the SDK's
+    // sampling allocator (whose `on_alloc` used to hold every byte's flat).
+    let flat_in: Vec<&(String, i64, i64)> = rows.iter().filter(|r| r.1 > 0).collect();
+    assert!(
+        flat_in
+            .iter()
+            .all(|r| !r.0.contains("edgeprof_guest_sdk::rt")
+                && !r.0.contains("__rust_alloc")
+                && !r.0.contains("__rust_realloc")),
+        "the sampling allocator holds flat bytes: {flat_in:?}"
+    );
+    assert!(
+        flat_in.iter().any(|r| r.0.starts_with("alloc::alloc::")),
+        "the allocation API holds the flat bytes: {flat_in:?}"
+    );
     // Retained trace buffers show up as in-use.
     let inuse: i64 = cap.profile.sample.iter().map(|s| s.value[3]).sum();
     assert!(inuse > 0, "no in-use bytes");

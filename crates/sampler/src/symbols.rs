@@ -186,7 +186,9 @@ impl ModuleSymbols {
 /// otherwise every byte's flat would be the SDK's `on_alloc`.
 pub(crate) fn is_allocator_frame(name: &str) -> bool {
     let shim = name.strip_prefix("__rustc::").unwrap_or(name);
-    name.starts_with("edgeprof_guest_sdk::rt::")
+    // Only the allocator: the SDK's request entry points (`rt::handle`,
+    // `rt::alloc_request`) allocate for the worker and stay.
+    name.starts_with("edgeprof_guest_sdk::rt::State::")
         || name.starts_with("<edgeprof_guest_sdk::rt::SamplingAllocator as ")
         || matches!(
             shim,
@@ -204,5 +206,33 @@ pub(crate) fn demangle(name: &str) -> String {
     match rustc_demangle::try_demangle(name) {
         Ok(d) => format!("{d:#}"),
         Err(_) => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_allocator_frame;
+
+    #[test]
+    fn only_the_sampling_allocator_is_cut_from_heap_stacks() {
+        for (name, cut) in [
+            ("edgeprof_guest_sdk::rt::State::on_alloc", true),
+            (
+                "<edgeprof_guest_sdk::rt::SamplingAllocator as core::alloc::global::GlobalAlloc>::realloc",
+                true,
+            ),
+            ("__rustc::__rust_alloc", true),
+            ("__rust_alloc_zeroed", true),
+            ("__rustc::__rust_realloc", true),
+            // The SDK's request entry points allocate for the worker.
+            ("edgeprof_guest_sdk::rt::handle", false),
+            ("edgeprof_guest_sdk::rt::alloc_request", false),
+            ("edgeprof_guest_sdk::codec::Response::encode", false),
+            ("alloc::alloc::alloc", false),
+            ("__rustc::__rust_dealloc", false),
+            ("leftover_instrumentation::record_instrumentation", false),
+        ] {
+            assert_eq!(is_allocator_frame(name), cut, "{name}");
+        }
     }
 }

@@ -177,6 +177,21 @@ fn heap_profile_opens_on_inuse_space_and_i_changes_the_sample_type() {
     assert_eq!(app.view().tree().sample_type, "alloc_objects");
     assert!(press(&mut app, &[KeyCode::Char('i')]));
     assert_snapshot!("heap_alloc_space", screen(&mut app, 80, 24));
+
+    // Focused on the resize (handle's widest callee): its subtree fills the
+    // width, the percentages stay of the whole profile.
+    assert!(press(
+        &mut app,
+        &[KeyCode::Down, KeyCode::Down, KeyCode::Down, KeyCode::Enter]
+    ));
+    assert_eq!(
+        crumbs(&app),
+        "all › edgeprof_guest::dispatch › image_resizer::handle › image_resizer::resize"
+    );
+    assert_snapshot!(
+        "heap_alloc_space_focused_on_resize",
+        screen(&mut app, 80, 24)
+    );
 }
 
 #[test]

@@ -325,13 +325,9 @@ impl Isolate {
         let allocated_bytes = instance
             .get_typed_func::<(), i64>(&mut store, "edgeprof_allocated_bytes")
             .ok();
-        if instance
-            .get_func(&mut store, "edgeprof_heap_seed")
-            .is_some()
-        {
+        if let Some(seed) = instance.get_func(&mut store, "edgeprof_heap_seed") {
             const SEED: &str = "export `edgeprof_heap_seed: (i64) -> ()`";
-            instance
-                .get_typed_func::<i64, ()>(&mut store, "edgeprof_heap_seed")
+            seed.typed::<i64, ()>(&store)
                 .map_err(|e| abi_err(SEED, e))?
                 .call(&mut store, heap_seed())
                 .map_err(|e| abi_err(SEED, e))?;

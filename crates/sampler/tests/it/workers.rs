@@ -68,13 +68,14 @@ fn load(rt: &Runtime, file: &str) -> Module {
     rt.load_module(file, &bytes).expect("worker compiles")
 }
 
-fn cpu_capture(file: &str, requests: usize) -> edgeprof_sampler::CaptureResult {
+/// A capture of `kind` on a fresh isolate of `file` over `requests`
+/// requests (the same ones on every call).
+fn capture(file: &str, kind: ProfileKind, requests: usize) -> edgeprof_sampler::CaptureResult {
     let rt = runtime();
     let m = load(&rt, file);
     let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
     let prof = iso.profiler();
-    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
-        .unwrap();
+    prof.start(kind, Duration::from_millis(1)).unwrap();
     for i in 0..requests {
         let r = iso.handle(&Request::get(&format!("/tree/{i}"))).unwrap();
         assert_eq!(r.status, 200);
@@ -87,7 +88,7 @@ fn json_gateway_replacer_is_among_the_top_functions_above_5_percent() {
     // Issue 6's claim. Not "the top function": `serialize`'s own flat time
     // is as large or larger (1.0–1.2× the replacer's in 6 runs, on main
     // too, where this test asserted rank 1 and failed).
-    let cap = cpu_capture("json-gateway.wasm", 40);
+    let cap = capture("json-gateway.wasm", ProfileKind::Cpu, 40);
     let rows = top(&cap.profile, "cpu");
     assert!(cap.samples > 50, "{} samples", cap.samples);
     let total: i64 = rows.iter().map(|r| r.1).sum();
@@ -105,7 +106,7 @@ fn json_gateway_replacer_is_among_the_top_functions_above_5_percent() {
 
 #[test]
 fn the_fixed_json_gateway_no_longer_spends_most_time_in_the_replacer() {
-    let cap = cpu_capture("json-gateway-fixed.wasm", 40);
+    let cap = capture("json-gateway-fixed.wasm", ProfileKind::Cpu, 40);
     let rows = top(&cap.profile, "cpu");
     let total: i64 = rows.iter().map(|r| r.1).sum();
     let replacer = rows
@@ -126,7 +127,7 @@ fn dwarf_gives_file_and_line_for_a_rust_worker() {
     let m = load(&rt, "json-gateway.wasm");
     assert!(m.has_dwarf());
     drop(rt);
-    let cap = cpu_capture("json-gateway.wasm", 20);
+    let cap = capture("json-gateway.wasm", ProfileKind::Cpu, 20);
     let p = &cap.profile;
     let replacer = p
         .function
@@ -169,9 +170,9 @@ fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
         .expect("SDK worker exports the counter");
     prof.start(ProfileKind::Heap, Duration::from_millis(1))
         .unwrap();
-    // ~300 MiB allocated, ~600 samples: the estimate's spread (each
-    // isolate draws its own thresholds) is ~3.5 %, well inside ±15 %
-    // (and 75 MiB kept, inside the 128 MiB limit).
+    // ~440 MiB allocated, ~850 samples: the estimate's spread (each
+    // isolate draws its own thresholds) is ~3 %, well inside ±15 % (and
+    // 75 MiB kept, inside the 128 MiB limit).
     for i in 0..1200 {
         iso.handle(&Request::get(&format!("/items/{i}"))).unwrap();
     }
@@ -200,7 +201,8 @@ fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
     assert!(
         flat_in
             .iter()
-            .all(|r| !r.0.contains("edgeprof_guest_sdk::rt")
+            .all(|r| !r.0.contains("edgeprof_guest_sdk::rt::State::")
+                && !r.0.contains("SamplingAllocator")
                 && !r.0.contains("__rust_alloc")
                 && !r.0.contains("__rust_realloc")),
         "the sampling allocator holds flat bytes: {flat_in:?}"
@@ -225,17 +227,8 @@ fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
 /// cluster came back empty. The host now seeds each isolate.
 #[test]
 fn isolates_of_one_version_sample_different_allocations() {
-    let rt = runtime();
-    let m = load(&rt, "leftover-instrumentation.wasm");
     let sampled = || {
-        let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
-        let prof = iso.profiler();
-        prof.start(ProfileKind::Heap, Duration::from_millis(1))
-            .unwrap();
-        for _ in 0..40 {
-            iso.handle(&Request::get("/same")).unwrap();
-        }
-        let cap = prof.stop().unwrap();
+        let cap = capture("leftover-instrumentation.wasm", ProfileKind::Heap, 40);
         let mut bytes: Vec<i64> = cap.profile.sample.iter().map(|s| s.value[1]).collect();
         bytes.sort_unstable();
         (cap.samples, bytes)
@@ -243,7 +236,7 @@ fn isolates_of_one_version_sample_different_allocations() {
     let runs: Vec<(u64, Vec<i64>)> = (0..3).map(|_| sampled()).collect();
     assert!(
         runs.iter().all(|(samples, _)| *samples > 0),
-        "40 requests (~10 MiB) give every isolate heap samples: {runs:?}"
+        "40 requests (~15 MiB) give every isolate heap samples: {runs:?}"
     );
     assert!(
         runs[0] != runs[1] || runs[1] != runs[2],

@@ -308,7 +308,8 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
         ),
         // 10 s: at the default mix its busy isolates serve about one
         // request a second each, ~0.7 heap samples a request; 5 s of that
-        // held no instrumentation sample about once in 200 runs.
+        // would hold no instrumentation sample about once in 200 runs
+        // (estimated from those rates).
         (
             "what allocates in leftover-instrumentation",
             "edgeprof profile leftover-instrumentation --type heap --duration 10s -o heap.pprof && edgeprof top heap.pprof --sample-index alloc_space".to_owned(),

@@ -80,7 +80,7 @@ async fn bad_inputs_get_their_specific_4xx() {
         json!({"profile_type": "wall"}),
         400,
         "invalid_profile_type",
-        "profile_type: unknown profile type `wall`",
+        "profile_type: must be `cpu` or `heap` (unknown variant `wall`",
     )
     .await;
     expect_error(

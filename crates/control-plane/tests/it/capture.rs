@@ -513,7 +513,7 @@ async fn registry_requires_the_agent_secret_and_serves_deployments_and_placement
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(
         err.message()
-            .contains("actor_id: must be 64 hexadecimal characters"),
+            .contains("object_id: must be 64 hexadecimal characters"),
         "{}",
         err.message()
     );

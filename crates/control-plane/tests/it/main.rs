@@ -2,6 +2,7 @@
 //! PostgreSQL, real tonic servers standing in for agents (see `support`).
 
 mod api;
+mod architecture;
 mod capture;
 mod memory;
 mod placement;

@@ -1,6 +1,7 @@
 //! Integration tests of the control plane: real sockets, real SQLite and
 //! PostgreSQL, real tonic servers standing in for agents (see `support`).
 
+mod abuse;
 mod api;
 mod architecture;
 mod capture;

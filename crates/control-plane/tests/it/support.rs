@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use edgeprof_control_plane::clock::Clock;
 use edgeprof_control_plane::{Config, ControlPlane, DevAccount};
 use edgeprof_pprof::{LineSpec, MappingSpec, ProfileBuilder};
 use edgeprof_proto::v1;
@@ -84,6 +85,9 @@ pub fn config(database: &str) -> Config {
         account: "acme".into(),
         token: None,
     });
+    // Liveness, leases and memory windows move only when a test advances
+    // the clock: no test sleeps to let time pass.
+    c.clock = Clock::manual();
     c
 }
 
@@ -105,6 +109,11 @@ impl Cp {
             http: reqwest::Client::new(),
             token,
         }
+    }
+
+    /// Moves the control plane's clock forward.
+    pub fn advance(&self, by: Duration) {
+        self.cp.clock.advance(by);
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -303,3 +303,26 @@ async fn bad_database_settings_name_the_problem() {
         .to_string();
     assert!(e.contains("cannot connect"), "{e}");
 }
+
+/// `sslmode` in the URL reaches PostgreSQL over TLS (sqlx with rustls): the
+/// store opens and migrates, and the server reports the session encrypted.
+#[tokio::test]
+async fn postgres_over_tls_with_sslmode_in_the_url() {
+    let Some(url) = support::postgres().await else {
+        return;
+    };
+    let tls_url = format!("{url}&sslmode=require");
+    let store = Store::open(&tls_url).await.expect("open over TLS");
+    store.ping().await.unwrap();
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&tls_url)
+        .await
+        .unwrap();
+    let row = sqlx::query("SELECT CAST(ssl AS TEXT) FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let ssl: String = sqlx::Row::try_get(&row, 0).unwrap();
+    assert_eq!(ssl, "true");
+    drop(store);
+    support::drop_postgres_schema(&url).await;
+}

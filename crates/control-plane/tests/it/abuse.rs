@@ -226,3 +226,61 @@ async fn an_8_mib_agent_error_is_stored_truncated() {
         list.len()
     );
 }
+
+#[tokio::test]
+async fn long_and_hostile_names_get_short_named_refusals() {
+    let (_dir, db) = support::sqlite();
+    let cp = crate::support::Cp::start(support::config(&db)).await;
+    cp.deploy("api", None).await;
+    // A 5,000-character version selector is refused without being echoed.
+    let long = "f".repeat(5000);
+    let (status, body, raw) = cp
+        .get(&format!(
+            "/v1/accounts/acme/scripts/api/targets?version={long}"
+        ))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_version"))
+    );
+    assert!(raw.len() < 400, "{} bytes: {body}", raw.len());
+    // Script names are DNS labels, and the agent's own paths are reserved.
+    for (name, code, part) in [
+        ("healthz", "reserved_name", "script: `healthz` is reserved"),
+        ("do", "reserved_name", "script: `do` is reserved"),
+        (
+            "My_Script",
+            "invalid_name",
+            "script: `My_Script` must be a DNS label",
+        ),
+        (
+            "-api",
+            "invalid_name",
+            "not starting or ending with a hyphen",
+        ),
+    ] {
+        let resp = cp
+            .http
+            .post(cp.url(&format!("/v1/accounts/acme/scripts/{name}/versions")))
+            .bearer_auth(&cp.token)
+            .body(support::wasm_module(name))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{name}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{name}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(part), "{name}: {message}");
+    }
+    // So are account ids.
+    let (status, body, _) = cp.get("/v1/accounts/Acme_Corp/scripts").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("account: `Acme_Corp` must be a DNS label"),
+        "{body}"
+    );
+}

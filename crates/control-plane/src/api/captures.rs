@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use edgeprof_proto::rest::{
@@ -14,7 +14,7 @@ use edgeprof_proto::rest::{
 
 use super::AppState;
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authorized, Json};
+use super::extract::{Authorized, Json, Path};
 use super::scripts::{require_script, resolve_version};
 use super::sessions::{failures, missing_machines};
 use crate::capture::{BusyReason, CaptureSpec, StartError};

@@ -46,7 +46,7 @@ impl FromRequestParts<AppState> for Authorized {
         })?;
         let params = RawPathParams::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::internal(format_args!("path parameters: {e}")))?;
+            .map_err(|e| path_error(&e.body_text()))?;
         let raw = params
             .iter()
             .find(|(k, _)| *k == "account")
@@ -222,4 +222,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
                 })
             })
     }
+}
+
+/// Path parameters as `T`, a malformed one (bad percent-encoding) a 400
+/// in the one error shape.
+#[derive(Debug)]
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(v)| Path(v))
+            .map_err(|e| path_error(&e.body_text()))
+    }
+}
+
+fn path_error(text: &str) -> ApiError {
+    ApiError::bad_request("invalid_path", format!("path: {}", truncate(text, 300)))
 }

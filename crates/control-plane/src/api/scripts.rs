@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use edgeprof_proto::rest;
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authorized, Json, Query, RawBody};
+use super::extract::{Authorized, Json, Path, Query, RawBody};
 use super::{AppState, unsigned};
 use crate::fleet::TargetQuery;
 use crate::names::ScriptName;

@@ -1,12 +1,12 @@
 //! Capture sessions and their profiles; the account's own API tokens.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use edgeprof_proto::rest::{self, DEFAULT_SESSIONS_LIMIT, MAX_SESSIONS_LIMIT, SessionStatus};
 
 use super::error::{ApiError, ApiResult};
-use super::extract::{Authorized, Query};
+use super::extract::{Authorized, Path, Query};
 use super::{AppState, unsigned};
 use crate::names::ScriptName;
 use crate::store::{SessionRow, TOKEN_ID_LEN};

@@ -299,6 +299,13 @@ async fn long_and_hostile_names_get_short_named_refusals() {
             .contains("unknown field `scirpt`"),
         "{body}"
     );
+    // A path parameter that is not UTF-8 once decoded: 400, same shape.
+    let (status, body, _) = cp.get("/v1/accounts/acme/profiles/%FF%FE").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_path")),
+        "{body}"
+    );
     // So are account ids.
     let (status, body, _) = cp.get("/v1/accounts/Acme_Corp/scripts").await;
     assert_eq!(status, 400, "{body}");

@@ -67,6 +67,10 @@ async fn twenty_unauthenticated_63_mib_uploads_are_refused_before_their_bodies()
         assert!(status.starts_with("HTTP/1.1 401"), "{status}");
     }
     let peak = cp.peak_rss();
+    eprintln!(
+        "peak RSS after 20 × 63 MiB unauthenticated uploads: {} MiB",
+        peak / MIB
+    );
     assert!(
         peak < 150 * MIB,
         "peak RSS {} MiB with 20 × 63 MiB unauthenticated uploads",
@@ -200,6 +204,7 @@ async fn a_profile_inflating_to_100_mib_is_refused_by_name() {
     );
     assert!(s["error"].as_str().unwrap().contains(reason), "{s}");
     let peak = cp.peak_rss();
+    eprintln!("peak RSS after a 100 MiB gzip bomb: {} MiB", peak / MIB);
     assert!(peak < 300 * MIB, "peak RSS {} MiB", peak / MIB);
 }
 

@@ -42,8 +42,8 @@ pub struct ProfileArgs {
     #[arg(long = "type", value_enum, default_value_t = Kind::Cpu)]
     pub kind: Kind,
     /// How long to capture (`10s`, `2500ms`; 1–50 s).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
+    #[arg(long, default_value = "10s")]
+    pub duration: String,
     /// Profile one Durable Object: `NAMESPACE:ID` (ID = 64 hex characters).
     #[arg(long, value_name = "NAMESPACE:ID")]
     pub durable_object: Option<String>,
@@ -76,26 +76,29 @@ impl Kind {
     }
 }
 
-/// `10s`, `1500ms`, `2m`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (number, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
+/// Shortest and longest capture the control plane accepts.
+const DURATION_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1_000)..=Duration::from_millis(50_000);
+
+/// `--duration`: `10s`, `2500ms`, `1m`, `1s 500ms`, or a bare number of
+/// seconds, within 1–50 s. Parsed with checked arithmetic: a number too big
+/// for any duration is out of range, never wrapped.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let parsed = if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        // Seconds; `None` when it does not fit in a u64.
+        t.parse::<u64>().ok().map(Duration::from_secs)
+    } else {
+        match humantime::parse_duration(t) {
+            Ok(d) => Some(d),
+            Err(humantime::DurationError::NumberOverflow) => None,
+            Err(e) => bail!("--duration `{s}`: {e} (examples: 10s, 2500ms; 1–50 s)"),
+        }
     };
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 10s, 2500ms)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("`{s}` is not a valid duration"));
+    match parsed {
+        Some(d) if DURATION_RANGE.contains(&d) => Ok(d),
+        _ => bail!("--duration `{s}`: out of range, must be 1–50 s"),
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 struct Client {
@@ -186,6 +189,7 @@ impl Client {
 }
 
 pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let duration = parse_duration(&args.duration)?;
     let client = Client::new(conn)?;
     let to_stdout = args.output.is_none();
     if to_stdout && std::io::stdout().is_terminal() {
@@ -200,7 +204,7 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         "script": args.script,
         "version": args.version,
         "profile_type": args.kind.as_str(),
-        "duration_ms": args.duration.as_millis() as u64,
+        "duration_ms": duration.as_millis() as u64,
     });
     if let Some(dobj) = &args.durable_object {
         let (ns, id) = dobj
@@ -222,13 +226,13 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         .ok_or_else(|| anyhow!("{what}: the control plane's answer has no session id"))?
         .to_owned();
 
-    let bar = indicatif::ProgressBar::new(args.duration.as_millis() as u64);
+    let bar = indicatif::ProgressBar::new(duration.as_millis() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {elapsed}/{prefix}")
             .expect("valid template")
             .progress_chars("=> "),
     );
-    bar.set_prefix(format!("{:?}", args.duration));
+    bar.set_prefix(format!("{:?}", duration));
     bar.set_message(format!(
         "capturing {} {} ({})",
         args.script,
@@ -238,7 +242,7 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
     let t0 = Instant::now();
     // The server bounds a capture by duration + slack; this bounds the wait
     // for a server that stops answering.
-    let give_up = args.duration + Duration::from_secs(60);
+    let give_up = duration + Duration::from_secs(60);
     let session = loop {
         let s = client.get_json(&format!("/profiles/{id}"), &what)?;
         let status = s["status"].as_str().unwrap_or("").to_owned();
@@ -252,7 +256,7 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         } else {
             bar.set_message(format!("{status} {}", args.script));
         }
-        bar.set_position((t0.elapsed().as_millis() as u64).min(args.duration.as_millis() as u64));
+        bar.set_position((t0.elapsed().as_millis() as u64).min(duration.as_millis() as u64));
         if matches!(status.as_str(), "done" | "partial" | "failed") {
             break s;
         }
@@ -286,7 +290,7 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
         .with_context(|| format!("{what}: cannot download the profile"))?;
     let written_to = match &args.output {
         Some(path) => {
-            crate::offline::write_atomically(path, &bytes)?;
+            crate::offline::write_output(path, &bytes)?;
             path.display().to_string()
         }
         None => {
@@ -297,7 +301,7 @@ pub fn profile(conn: &Connection, args: &ProfileArgs, out: &mut impl Write) -> R
     eprintln!(
         "edgeprof: wrote {written_to} ({} bytes, session {id}, {status}); {}",
         bytes.len(),
-        requests_summary(&session, args.duration)
+        requests_summary(&session, duration)
     );
     if let Some(note) = empty_profile_note(&bytes, args.kind) {
         eprintln!("edgeprof: note: {note}");

@@ -3,5 +3,6 @@
 
 mod errors;
 mod interop;
+mod output;
 mod support;
 mod targets;

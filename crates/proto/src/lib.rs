@@ -9,9 +9,15 @@
 //! - [`v1`]: the agent ⇄ control-plane gRPC contract, behind the default
 //!   `grpc` feature so that no-IO crates (such as `edgeprof-pprof`) can use the
 //!   profile types without linking tonic.
+//! - [`rest`]: the control plane's REST contract (request and response
+//!   bodies, query strings, the error body, session status and profile
+//!   kind), hand-written serde types behind the `rest` feature (pulls in
+//!   serde), shared by the control plane, the CLI and the tests.
 //!
 //! This crate must never depend on another edgeprof crate, nor contain logic
-//! beyond the generated code: domain types and conversions live at the edges.
+//! beyond the wire types themselves (the generated code, and in [`rest`]
+//! plain structs and enums with their wire names): domain types, validation
+//! and conversions live at the edges.
 
 #![allow(missing_docs)]
 
@@ -25,6 +31,11 @@ pub mod pprof {
 pub mod v1 {
     include!("gen/edgeprof.v1.rs");
 }
+
+/// The control plane's REST contract (see `docs/api.md`).
+#[cfg(feature = "rest")]
+#[warn(missing_docs)]
+pub mod rest;
 
 #[cfg(test)]
 mod codegen;

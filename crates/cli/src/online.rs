@@ -151,8 +151,14 @@ impl Client {
             Some(path) => ureq::tls::RootCerts::new_with_certs(&read_ca_certs(path)?),
             None => ureq::tls::RootCerts::WebPki,
         };
+        // Statuses are answers to read (the error body), not transport
+        // errors; the control plane never redirects, so a 3xx is shown
+        // rather than followed; no proxy from the environment (as before:
+        // the control plane is addressed directly).
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
+            .proxy(None)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(120)))
             .tls_config(

@@ -3,24 +3,39 @@
 //! capture sessions fanned out to agents and merged into one pprof, and the
 //! REST API people and the CLI use.
 //!
+//! Modules, in import order (each imports only those before it):
+//! `store ← fleet ← capture ← {api, registry}`, with the leaf modules
+//! [`clock`], [`auth`], [`names`], [`text`] and [`metrics`] usable by all.
+//!
 //! - [`store`]: the database (embedded SQLite or PostgreSQL, same SQL).
-//! - [`fleet`]: live machines and isolates, target resolution, the gRPC
-//!   `Registry` service.
-//! - [`capture`]: sessions, the per-script limit, fan-out and merge.
-//! - [`api`]: the axum router ([`api::app`]) and its error type.
-//! - [`ControlPlane::start`]: binds both listeners and runs everything.
+//! - [`fleet`]: live machines and isolates, target resolution, leases,
+//!   memory windows.
+//! - [`capture`]: sessions, the per-script limit, fan-out and the pure
+//!   merge ([`capture::merge_responses`]).
+//! - [`api`]: the axum router ([`api::app`]) over `edgeprof_proto::rest`.
+//! - [`registry`]: the gRPC `Registry` service agents call, and its auth.
+//! - [`server`]: the HTTP listener's edges (connection cap, timeouts, TLS).
+//! - [`ControlPlane::start`]: binds both listeners and runs everything,
+//!   with retention in the background.
 //!
 //! Architecture invariant: this is the only crate that talks to the
 //! database. It never depends on the node agent, the CLI or the viewer; it
 //! speaks to agents only through the wire types of `edgeprof-proto`, and
-//! converts them to its own domain types at the edge ([`fleet`], [`capture`]).
+//! converts them to its own domain types at the edge ([`registry`],
+//! [`capture`]).
 
 pub mod api;
+pub mod auth;
 pub mod capture;
+pub mod clock;
 pub mod dashboard;
 pub mod fleet;
 pub mod metrics;
+pub mod names;
+pub mod registry;
+pub mod server;
 pub mod store;
+pub mod text;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,7 +79,23 @@ pub struct Config {
     pub dev: Option<DevAccount>,
     /// Directory the dashboard (`/`, `/assets/…`) is served from.
     pub dashboard_dir: std::path::PathBuf,
+    /// Serve the REST API over TLS with these PEM files.
+    pub tls: Option<server::TlsFiles>,
+    /// Bounds of the REST listener.
+    pub http: server::HttpLimits,
+    /// What one capture accepts from agents.
+    pub capture_limits: capture::Limits,
+    /// Sessions (and their profiles) older than this are deleted in the
+    /// background; `None`: kept forever.
+    pub retention: Option<Duration>,
+    /// The clock (manual in tests).
+    pub clock: clock::Clock,
 }
+
+/// Default of [`Config::retention`]: 30 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often retention runs.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 
 impl Config {
     /// Defaults for everything but the database and secret.
@@ -81,6 +112,11 @@ impl Config {
             max_wasm_bytes: 64 << 20,
             dev: None,
             dashboard_dir: dashboard::default_dir(),
+            tls: None,
+            http: server::HttpLimits::default(),
+            capture_limits: capture::Limits::default(),
+            retention: Some(DEFAULT_RETENTION),
+            clock: clock::Clock::system(),
         }
     }
 
@@ -125,6 +161,21 @@ impl Config {
         if self.capture_slack > Duration::from_secs(60) {
             anyhow::bail!("capture slack: at most 60 s (got {:?})", self.capture_slack);
         }
+        if self.http.max_connections == 0 {
+            anyhow::bail!("max connections: must be at least 1");
+        }
+        if self.http.header_timeout.is_zero() || self.http.body_idle_timeout.is_zero() {
+            anyhow::bail!("header and body timeouts: must be more than 0");
+        }
+        if self
+            .retention
+            .is_some_and(|r| r < Duration::from_secs(3600))
+        {
+            anyhow::bail!(
+                "retention: at least 1 h (got {:?})",
+                self.retention.unwrap_or_default()
+            );
+        }
         if self.max_captures_per_script == 0 {
             anyhow::bail!("max captures per script: must be at least 1");
         }
@@ -154,8 +205,14 @@ pub struct ControlPlane {
     pub store: Arc<store::Store>,
     /// The fleet.
     pub fleet: Arc<fleet::Fleet>,
+    /// The clock everything reads.
+    pub clock: clock::Clock,
+    /// Whether the REST API is served over TLS.
+    pub tls: bool,
+    retention: Option<Duration>,
     http_task: tokio::task::JoinHandle<()>,
     grpc_task: tokio::task::JoinHandle<()>,
+    retention_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ControlPlane {
@@ -194,6 +251,7 @@ impl ControlPlane {
         let fleet = Arc::new(fleet::Fleet::with_lease(
             config.heartbeat_interval,
             config.durable_object_lease(),
+            config.clock.clone(),
         ));
         let captures = capture::Captures::new(
             store.clone(),
@@ -202,9 +260,11 @@ impl ControlPlane {
                 agent_secret: config.agent_secret.clone(),
                 slack: config.capture_slack,
                 max_per_script: config.max_captures_per_script,
-                max_agent_response_bytes: 256 << 20,
+                limits: config.capture_limits,
             },
+            config.clock.clone(),
         );
+        let tls = config.tls.as_ref().map(server::tls_acceptor).transpose()?;
         let state = api::AppState {
             store: store.clone(),
             fleet: fleet.clone(),
@@ -223,19 +283,15 @@ impl ControlPlane {
         let grpc_addr = grpc.local_addr()?;
 
         let router = api::app(state).merge(dashboard::routes(config.dashboard_dir.clone()));
-        let http_task = tokio::spawn(async move {
-            if let Err(e) = axum::serve(http, router).await {
-                tracing::error!("REST server: {e}");
-            }
-        });
-        let registry =
-            tonic::service::interceptor::InterceptedService::new(
-                edgeprof_proto::v1::registry_server::RegistryServer::new(
-                    fleet::RegistryService::new(store.clone(), fleet.clone(), metrics),
-                )
-                .max_decoding_message_size(16 << 20),
-                fleet::AgentAuth::new(&config.agent_secret),
-            );
+        let serving_tls = tls.is_some();
+        let http_task = tokio::spawn(server::serve(http, router, config.http, tls));
+        let registry = tonic::service::interceptor::InterceptedService::new(
+            edgeprof_proto::v1::registry_server::RegistryServer::new(
+                registry::RegistryService::new(store.clone(), fleet.clone(), metrics),
+            )
+            .max_decoding_message_size(16 << 20),
+            registry::AgentAuth::new(&config.agent_secret),
+        );
         let grpc_task = tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(grpc);
             if let Err(e) = tonic::transport::Server::builder()
@@ -246,6 +302,18 @@ impl ControlPlane {
                 tracing::error!("gRPC server: {e}");
             }
         });
+        let retention_task = config.retention.map(|retention| {
+            let store = store.clone();
+            let clock = config.clock.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Err(e) = sweep(&store, retention, clock.now_ms()).await {
+                        tracing::error!("retention: {e:#}");
+                    }
+                    tokio::time::sleep(RETENTION_INTERVAL).await;
+                }
+            })
+        });
         Ok(ControlPlane {
             http_addr,
             grpc_addr,
@@ -253,9 +321,22 @@ impl ControlPlane {
             interrupted_sessions: interrupted,
             store,
             fleet,
+            clock: config.clock.clone(),
+            tls: serving_tls,
+            retention: config.retention,
             http_task,
             grpc_task,
+            retention_task,
         })
+    }
+
+    /// Runs retention once now (as the background task does every
+    /// [`RETENTION_INTERVAL`]); what it deleted.
+    pub async fn sweep_retention(&self) -> Result<store::Deleted> {
+        match self.retention {
+            Some(r) => sweep(&self.store, r, self.clock.now_ms()).await,
+            None => Ok(store::Deleted::default()),
+        }
     }
 
     /// Waits until a server stops (which only happens on an error).
@@ -271,6 +352,9 @@ impl ControlPlane {
     pub fn stop(&self) {
         self.http_task.abort();
         self.grpc_task.abort();
+        if let Some(t) = &self.retention_task {
+            t.abort();
+        }
     }
 }
 
@@ -278,4 +362,36 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Deletes sessions (and their profiles) older than `retention` at
+/// `now_ms`, in batches of [`store::RETENTION_BATCH`], yielding between
+/// batches so requests keep being served.
+pub async fn sweep(
+    store: &store::Store,
+    retention: Duration,
+    now_ms: i64,
+) -> Result<store::Deleted> {
+    let cutoff = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let mut total = store::Deleted::default();
+    loop {
+        let d = store
+            .delete_sessions_before(cutoff, store::RETENTION_BATCH)
+            .await?;
+        total.sessions += d.sessions;
+        total.profiles += d.profiles;
+        if d.sessions < store::RETENTION_BATCH as u64 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    if total.sessions > 0 {
+        tracing::info!(
+            sessions = total.sessions,
+            profiles = total.profiles,
+            "retention: deleted sessions older than {} days",
+            retention.as_secs() / 86_400
+        );
+    }
+    Ok(total)
 }

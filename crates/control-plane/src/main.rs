@@ -1,5 +1,5 @@
 //! `edgeprof-control-plane`: flags and environment → a validated
-//! [`Config`] → [`ControlPlane::start`]. Also `token create`.
+//! [`Config`] → [`ControlPlane::start`]. Also `token create|list|revoke`.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use edgeprof_control_plane::names::AccountId;
+use edgeprof_control_plane::server::TlsFiles;
 use edgeprof_control_plane::{Config, ControlPlane, DevAccount, store::Store};
 
 /// The edgeprof control plane: REST API, agent registry, capture fan-out.
@@ -93,6 +95,25 @@ struct Args {
     /// `target/dist` that `cargo xtask dist` writes).
     #[arg(long, env = "EDGEPROF_DASHBOARD_DIR", global = true)]
     dashboard_dir: Option<std::path::PathBuf>,
+    /// Serve the REST API over TLS with this PEM certificate chain (with
+    /// --tls-key).
+    #[arg(long, env = "EDGEPROF_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "EDGEPROF_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Delete capture sessions and their profiles older than this, in the
+    /// background: a number with a unit, `d`, `h` or `m` (e.g. `30d`), or
+    /// `forever` to keep them.
+    #[arg(long, env = "EDGEPROF_RETENTION", default_value = "30d")]
+    retention: String,
+    /// Most REST connections open at once; more are closed on arrival.
+    #[arg(long, env = "EDGEPROF_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Time a REST client has to send its request headers (and how long an
+    /// idle keep-alive connection stays open), in milliseconds.
+    #[arg(long, env = "EDGEPROF_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
+    header_timeout_ms: u64,
     /// Validate the configuration (and reach the database), then exit.
     #[arg(long)]
     check_config: bool,
@@ -117,6 +138,43 @@ enum TokenCommand {
         #[arg(long)]
         account: String,
     },
+    /// List tokens (their public ids, never the secrets).
+    List {
+        /// Only this account's.
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Revoke a token by its public id (as `token list` shows it).
+    Revoke {
+        /// The token's id.
+        id: String,
+        /// Only if it belongs to this account.
+        #[arg(long)]
+        account: Option<String>,
+    },
+}
+
+/// `30d`, `12h`, `90m` or `forever`.
+fn parse_retention(v: &str) -> Result<Option<Duration>> {
+    if v == "forever" {
+        return Ok(None);
+    }
+    let bad = || {
+        anyhow::anyhow!(
+            "--retention: `{v}` must be a whole number with a unit `d`, `h` or `m` (e.g. `30d`), or `forever`"
+        )
+    };
+    let (n, unit) = v.split_at(v.len().saturating_sub(1));
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "d" => n.checked_mul(86_400),
+        "h" => n.checked_mul(3_600),
+        "m" => n.checked_mul(60),
+        _ => None,
+    }
+    .filter(|s| *s <= 100 * 365 * 86_400)
+    .ok_or_else(bad)?;
+    Ok(Some(Duration::from_secs(secs)))
 }
 
 fn config(args: &Args) -> Result<Config> {
@@ -144,32 +202,22 @@ fn config(args: &Args) -> Result<Config> {
     if let Some(dir) = &args.dashboard_dir {
         c.dashboard_dir = dir.clone();
     }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        c.tls = Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
+    c.retention = parse_retention(&args.retention)?;
+    c.http.max_connections = args.max_connections;
+    c.http.header_timeout = Duration::from_millis(args.header_timeout_ms);
     c.validate()?;
     Ok(c)
 }
 
 async fn run(args: Args) -> Result<()> {
-    if let Some(Command::Token {
-        command: TokenCommand::Create { account },
-    }) = &args.command
-    {
-        if account.is_empty()
-            || account.len() > 64
-            || !account
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            anyhow::bail!(
-                "--account: `{account}` must be 1–64 characters of A–Z, a–z, 0–9, `-`, `_`"
-            );
-        }
-        let store = Store::open(&args.database)
-            .await
-            .context("opening the database")?;
-        let token = store.create_token(account).await?;
-        eprintln!("edgeprof-control-plane: created a token for account `{account}` (shown once):");
-        println!("{token}");
-        return Ok(());
+    if let Some(Command::Token { command }) = &args.command {
+        return token(&args.database, command).await;
     }
     let config = config(&args)?;
     if args.check_config {
@@ -180,7 +228,11 @@ async fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let mut cp = ControlPlane::start(config).await?;
-    eprintln!("edgeprof-control-plane: REST on http://{}", cp.http_addr);
+    let scheme = if cp.tls { "https" } else { "http" };
+    eprintln!(
+        "edgeprof-control-plane: REST on {scheme}://{}",
+        cp.http_addr
+    );
     eprintln!("edgeprof-control-plane: gRPC Registry on {}", cp.grpc_addr);
     if let Some(token) = &cp.dev_token {
         eprintln!("edgeprof-control-plane: dev account `dev`, token {token}");
@@ -192,6 +244,42 @@ async fn run(args: Args) -> Result<()> {
             Ok(())
         }
     }
+}
+
+async fn token(database: &str, command: &TokenCommand) -> Result<()> {
+    let account = |a: &Option<String>| -> Result<Option<AccountId>> {
+        Ok(a.as_deref()
+            .map(|a| AccountId::parse("--account", a))
+            .transpose()?)
+    };
+    let store = Store::open(database)
+        .await
+        .context("opening the database")?;
+    match command {
+        TokenCommand::Create { account } => {
+            let account = AccountId::parse("--account", account)?;
+            let token = store.create_token(&account).await?;
+            eprintln!(
+                "edgeprof-control-plane: created a token for account `{account}` (shown once):"
+            );
+            println!("{token}");
+        }
+        TokenCommand::List { account: a } => {
+            let a = account(a)?;
+            println!("{:<16}  {:<24}  CREATED (Unix ms)", "ID", "ACCOUNT");
+            for t in store.tokens(a.as_deref()).await? {
+                println!("{:<16}  {:<24}  {}", t.id, t.account_id, t.created_at_ms);
+            }
+        }
+        TokenCommand::Revoke { id, account: a } => {
+            let a = account(a)?;
+            if !store.revoke_token(a.as_deref(), id).await? {
+                anyhow::bail!("no token with id `{id}`; `token list` shows the ids");
+            }
+            eprintln!("edgeprof-control-plane: token {id} revoked");
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -1,99 +1,154 @@
-//! Counters exposed at `/metrics` in the Prometheus text format.
+//! What the control plane counts, exposed at `/metrics` in the OpenMetrics
+//! text format by `prometheus-client`.
+//!
+//! Imports nothing of this crate.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use edgeprof_proto::rest::SessionStatus;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
-/// A monotonically increasing counter.
-#[derive(Debug, Default)]
-pub struct Counter(AtomicU64);
+type Labels = [(&'static str, &'static str); 1];
 
-impl Counter {
-    /// Adds one.
-    pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Current value.
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// Content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Everything the control plane counts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    /// HTTP responses with a 2xx/3xx status.
-    pub http_ok: Counter,
-    /// HTTP responses with a 4xx status.
-    pub http_client_errors: Counter,
-    /// HTTP responses with a 5xx status.
-    pub http_server_errors: Counter,
+    registry: Registry,
+    http_responses: Family<Labels, Counter>,
+    captures_finished: Family<Labels, Counter>,
     /// Agent heartbeats received.
     pub heartbeats: Counter,
     /// Captures started.
     pub captures_started: Counter,
-    /// Captures that ended `done`.
-    pub captures_done: Counter,
-    /// Captures that ended `partial`.
-    pub captures_partial: Counter,
-    /// Captures that ended `failed`.
-    pub captures_failed: Counter,
     /// Captures refused with 429.
     pub captures_rate_limited: Counter,
+    live_machines: Gauge,
+    running_captures: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let m = Metrics {
+            http_responses: Family::default(),
+            captures_finished: Family::default(),
+            heartbeats: Counter::default(),
+            captures_started: Counter::default(),
+            captures_rate_limited: Counter::default(),
+            live_machines: Gauge::default(),
+            running_captures: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "edgeprof_http_responses",
+            "HTTP responses by status class",
+            m.http_responses.clone(),
+        );
+        registry.register(
+            "edgeprof_heartbeats",
+            "Agent heartbeats received",
+            m.heartbeats.clone(),
+        );
+        registry.register(
+            "edgeprof_captures_started",
+            "Capture sessions started",
+            m.captures_started.clone(),
+        );
+        registry.register(
+            "edgeprof_captures_finished",
+            "Capture sessions finished, by outcome",
+            m.captures_finished.clone(),
+        );
+        registry.register(
+            "edgeprof_captures_rate_limited",
+            "Captures refused because too many of the same script were running",
+            m.captures_rate_limited.clone(),
+        );
+        registry.register(
+            "edgeprof_live_machines",
+            "Machines whose heartbeat is current",
+            m.live_machines.clone(),
+        );
+        registry.register(
+            "edgeprof_running_captures",
+            "Capture sessions in progress",
+            m.running_captures.clone(),
+        );
+        // Every series exists from the start, at zero.
+        for class in ["ok", "4xx", "5xx"] {
+            let _ = m.http_responses.get_or_create(&[("class", class)]);
+        }
+        for s in [
+            SessionStatus::Done,
+            SessionStatus::Partial,
+            SessionStatus::Failed,
+        ] {
+            let _ = m.captures_finished.get_or_create(&[("status", s.as_str())]);
+        }
+        Metrics { registry, ..m }
+    }
 }
 
 impl Metrics {
-    /// The Prometheus text exposition, with the given gauges appended.
-    pub fn render(&self, live_machines: usize, running_captures: usize) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, samples: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
+    /// Counts an HTTP response of `status`.
+    pub fn http_response(&self, status: u16) {
+        let class = match status {
+            500.. => "5xx",
+            400..500 => "4xx",
+            _ => "ok",
         };
-        counter(
-            "edgeprof_http_responses_total",
-            "HTTP responses by status class.",
-            &[
-                ("{class=\"ok\"}", self.http_ok.get()),
-                ("{class=\"4xx\"}", self.http_client_errors.get()),
-                ("{class=\"5xx\"}", self.http_server_errors.get()),
-            ],
-        );
-        counter(
-            "edgeprof_heartbeats_total",
-            "Agent heartbeats received.",
-            &[("", self.heartbeats.get())],
-        );
-        counter(
-            "edgeprof_captures_started_total",
-            "Capture sessions started.",
-            &[("", self.captures_started.get())],
-        );
-        counter(
-            "edgeprof_captures_finished_total",
-            "Capture sessions finished, by outcome.",
-            &[
-                ("{status=\"done\"}", self.captures_done.get()),
-                ("{status=\"partial\"}", self.captures_partial.get()),
-                ("{status=\"failed\"}", self.captures_failed.get()),
-            ],
-        );
-        counter(
-            "edgeprof_captures_rate_limited_total",
-            "Captures refused because too many of the same script were running.",
-            &[("", self.captures_rate_limited.get())],
-        );
-        let _ = writeln!(
-            out,
-            "# HELP edgeprof_live_machines Machines whose heartbeat is current.\n# TYPE edgeprof_live_machines gauge\nedgeprof_live_machines {live_machines}"
-        );
-        let _ = writeln!(
-            out,
-            "# HELP edgeprof_running_captures Capture sessions in progress.\n# TYPE edgeprof_running_captures gauge\nedgeprof_running_captures {running_captures}"
-        );
+        self.http_responses.get_or_create(&[("class", class)]).inc();
+    }
+
+    /// Counts a capture that ended in `status`.
+    pub fn capture_finished(&self, status: SessionStatus) {
+        self.captures_finished
+            .get_or_create(&[("status", status.as_str())])
+            .inc();
+    }
+
+    /// The text exposition, with the gauges set to the values given.
+    pub fn render(&self, live_machines: usize, running_captures: usize) -> String {
+        self.live_machines
+            .set(i64::try_from(live_machines).unwrap_or(i64::MAX));
+        self.running_captures
+            .set(i64::try_from(running_captures).unwrap_or(i64::MAX));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_render_with_their_labels() {
+        let m = Metrics::default();
+        m.http_response(200);
+        m.http_response(404);
+        m.http_response(404);
+        m.capture_finished(SessionStatus::Partial);
+        m.captures_rate_limited.inc();
+        let text = m.render(3, 1);
+        for line in [
+            "edgeprof_http_responses_total{class=\"ok\"} 1",
+            "edgeprof_http_responses_total{class=\"4xx\"} 2",
+            "edgeprof_http_responses_total{class=\"5xx\"} 0",
+            "edgeprof_captures_finished_total{status=\"partial\"} 1",
+            "edgeprof_captures_finished_total{status=\"done\"} 0",
+            "edgeprof_captures_rate_limited_total 1",
+            "edgeprof_live_machines 3",
+            "edgeprof_running_captures 1",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in\n{text}");
+        }
     }
 }

@@ -82,6 +82,14 @@ impl std::str::FromStr for ProfileKind {
     }
 }
 
+impl TryFrom<String> for ProfileKind {
+    type Error = UnknownVariant;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
 /// Where a capture session is: `pending → capturing → merging → done |
 /// partial | failed` (`failed` may follow any earlier state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -152,6 +160,14 @@ impl std::str::FromStr for SessionStatus {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or(UnknownVariant)
+    }
+}
+
+impl TryFrom<String> for SessionStatus {
+    type Error = UnknownVariant;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 

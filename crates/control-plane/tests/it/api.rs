@@ -80,7 +80,7 @@ async fn bad_inputs_get_their_specific_4xx() {
         json!({"profile_type": "wall"}),
         400,
         "invalid_profile_type",
-        "profile_type: unknown profile type `wall`",
+        "profile_type: must be `cpu` or `heap` (unknown variant `wall`",
     )
     .await;
     expect_error(
@@ -383,6 +383,7 @@ async fn too_many_captures_of_one_script_get_429_with_retry_after() {
     let v = cp.deploy("api", None).await;
     let _agents = lhr_and_sjc_agents(&cp, &v).await;
     // Two captures of different isolates (one per data center) run at once.
+    let mut running = Vec::new();
     for dc in ["lhr", "sjc"] {
         let body = json!({"script": "api", "duration_ms": 3000, "data_center": dc});
         let (status, json, _, _) = cp
@@ -390,6 +391,7 @@ async fn too_many_captures_of_one_script_get_429_with_retry_after() {
             .await;
         assert_eq!(status, 202, "{json}");
         assert_eq!(json["status"], "pending");
+        running.push(json["id"].as_str().unwrap().to_owned());
     }
     let body = json!({"script": "api", "duration_ms": 3000});
     let (status, json, headers, _) = cp
@@ -413,7 +415,9 @@ async fn too_many_captures_of_one_script_get_429_with_retry_after() {
     assert_eq!(status, 429);
     assert!(headers.contains_key("retry-after"));
     // Once they finish, captures are accepted again.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    for id in &running {
+        cp.wait_session(id, Duration::from_secs(20)).await;
+    }
     let (status, json, _, _) = cp
         .post_json(SYNC, Some(&cp.token), &json!({"duration_ms": 1000}))
         .await;

@@ -383,12 +383,12 @@ async fn a_machine_that_stops_heartbeating_drops_out_of_targets() {
     assert_eq!(machines(&body), vec!["m1", "m2"]);
     // m1 keeps heartbeating, m2 goes silent; after 3 intervals m2 is gone.
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        cp.advance(Duration::from_millis(400));
         a.heartbeat(cp.cp.grpc_addr).await;
     }
     let (_, body, _) = cp.get("/v1/accounts/acme/scripts/api/targets").await;
     assert_eq!(machines(&body), vec!["m1"]);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    cp.advance(Duration::from_millis(1200));
     let (status, err, _, _) = cp
         .post_json(
             "/v1/accounts/acme/scripts/api/versions/latest/profile",
@@ -513,7 +513,7 @@ async fn registry_requires_the_agent_secret_and_serves_deployments_and_placement
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(
         err.message()
-            .contains("actor_id: must be 64 hexadecimal characters"),
+            .contains("object_id: must be 64 hexadecimal characters"),
         "{}",
         err.message()
     );

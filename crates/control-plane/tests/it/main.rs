@@ -1,10 +1,14 @@
 //! Integration tests of the control plane: real sockets, real SQLite and
 //! PostgreSQL, real tonic servers standing in for agents (see `support`).
 
+mod abuse;
 mod api;
+mod architecture;
 mod capture;
+mod lifecycle;
 mod memory;
 mod placement;
 mod process;
 mod storage;
 mod support;
+mod tls;

@@ -166,7 +166,7 @@ async fn memory_view_from_heartbeats() {
     assert_eq!(v["isolates"], serde_json::json!([]));
 
     // A short window holds only the readings since: wait it out, beat once.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    cp.advance(Duration::from_millis(3500));
     beat(
         &mut client,
         &m1,

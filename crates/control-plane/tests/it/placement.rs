@@ -1,9 +1,10 @@
 //! Durable Object placement over real gRPC: an object moves only after its
 //! owner has been silent for longer than its lease, heartbeats name the
 //! objects that moved, a restarted control plane waits out a lease, and
-//! machines asking at once agree on one owner.
+//! machines asking at once agree on one owner. Time is the control plane's
+//! manual clock, advanced by the tests: nothing sleeps.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use edgeprof_proto::v1;
 
@@ -68,19 +69,16 @@ async fn beat(r: &mut Registry, m: &str, version: &str, objects: &[&str]) -> v1:
     .into_inner()
 }
 
-/// Keeps `m` heartbeating (with no objects) until dropped.
-fn keep_beating(
-    addr: std::net::SocketAddr,
-    m: &'static str,
-    version: String,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut r = support::registry_client(addr, support::SECRET).await;
-        loop {
-            beat(&mut r, m, &version, &[]).await;
-            tokio::time::sleep(HEARTBEAT / 2).await;
-        }
-    })
+/// Advances `cp`'s clock by `by`, `m` heartbeating (with no objects)
+/// every half interval on the way, as a live machine does.
+async fn advance_beating(cp: &Cp, r: &mut Registry, m: &str, version: &str, by: Duration) {
+    let mut left = by;
+    while !left.is_zero() {
+        let step = left.min(HEARTBEAT / 2);
+        cp.advance(step);
+        left -= step;
+        beat(r, m, version, &[]).await;
+    }
 }
 
 fn owner(p: &v1::PlaceDurableObjectResponse) -> &str {
@@ -100,23 +98,17 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
     let mut r = support::registry_client(addr, support::SECRET).await;
     let x = object_id(0xab);
 
-    // Taken before each of m1's calls, so never later than when the control
-    // plane heard it.
-    let m1_called = Instant::now();
     let first = place(&mut r, "m1", &x).await.unwrap();
     assert_eq!(owner(&first), "m1", "placed on the first machine to ask");
     assert_eq!(first.durable_object_lease_ms, LEASE.as_millis() as u32);
     assert!(first.placed_at_ms > 0);
-    let _m2 = keep_beating(addr, "m2", version.clone());
+    let mut m2 = support::registry_client(addr, support::SECRET).await;
+    beat(&mut m2, "m2", &version, &[]).await;
 
     // m1 silent past the liveness window, well inside its lease: m2 is told
     // to retry, not given the object.
-    tokio::time::sleep(HEARTBEAT * 5).await;
+    advance_beating(&cp, &mut m2, "m2", &version, HEARTBEAT * 5).await;
     let err = place(&mut r, "m2", &x).await.unwrap_err();
-    assert!(
-        m1_called.elapsed() < LEASE,
-        "the check ran inside the lease"
-    );
     assert_eq!(err.code(), tonic::Code::Unavailable, "{}", err.message());
     let retry_ms: u64 = err
         .metadata()
@@ -137,7 +129,6 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
 
     // m1 is back: its heartbeat listing the object names nothing moved, and
     // m2 is sent to m1, same placement.
-    let m1_called = Instant::now();
     let hb = beat(&mut r, "m1", &version, &[&x]).await;
     assert_eq!(hb.durable_objects_elsewhere, Vec::<String>::new());
     assert_eq!(hb.durable_object_lease_ms, LEASE.as_millis() as u32);
@@ -153,7 +144,7 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
 
     // m1 silent for longer than the lease: the object moves to m2, as a new
     // placement.
-    let silent_since = m1_called;
+    let mut silent = Duration::ZERO;
     let moved = loop {
         // While m1 counts as live m2 is sent there, then told to retry.
         match place(&mut r, "m2", &x).await {
@@ -162,16 +153,15 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
             Err(e) => assert_eq!(e.code(), tonic::Code::Unavailable, "{}", e.message()),
         }
         assert!(
-            silent_since.elapsed() < LEASE * 3,
-            "not moved {:?} after m1 went silent",
-            silent_since.elapsed(),
+            silent < LEASE * 3,
+            "not moved {silent:?} after m1 went silent"
         );
-        tokio::time::sleep(HEARTBEAT).await;
+        advance_beating(&cp, &mut m2, "m2", &version, HEARTBEAT).await;
+        silent += HEARTBEAT;
     };
     assert!(
-        silent_since.elapsed() >= LEASE,
-        "moved after {:?}, before the lease of {LEASE:?} ran out",
-        silent_since.elapsed()
+        silent >= LEASE,
+        "moved after {silent:?}, before the lease of {LEASE:?} ran out"
     );
     assert_eq!(owner(&moved), "m2");
     assert!(moved.placed_at_ms > first.placed_at_ms, "a new placement");
@@ -194,11 +184,10 @@ async fn machines_asking_at_once_agree_on_one_owner() {
     cp.deploy("rooms", None).await;
     let addr = cp.cp.grpc_addr;
     let machines = ["a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"];
-    let mut beating = Vec::new();
+    let mut r = support::registry_client(addr, support::SECRET).await;
     for m in machines {
-        beating.push(keep_beating(addr, m, "v".into()));
+        beat(&mut r, m, "v", &[]).await;
     }
-    tokio::time::sleep(HEARTBEAT).await;
     let x = object_id(0x5e);
     let asks = machines.map(|m| {
         let x = x.clone();
@@ -230,13 +219,13 @@ async fn a_restarted_control_plane_waits_out_a_lease_before_moving_objects() {
         assert_eq!(owner(&place(&mut r, "m1", &x).await.unwrap()), "m1");
         cp.cp.stop();
     }
-    // m1's last heartbeat in the database is older than the liveness window.
-    tokio::time::sleep(HEARTBEAT * 4).await;
-    let started = Instant::now();
     let cp = Cp::start(config(&db)).await;
     let addr = cp.cp.grpc_addr;
-    let _m2 = keep_beating(addr, "m2", "v".into());
     let mut r = support::registry_client(addr, support::SECRET).await;
+    let mut m2 = support::registry_client(addr, support::SECRET).await;
+    // m1's last heartbeat in the database is older than the liveness window.
+    let mut since_start = HEARTBEAT * 4;
+    advance_beating(&cp, &mut m2, "m2", "v", since_start).await;
     let moved = loop {
         match place(&mut r, "m2", &x).await {
             Ok(p) => break p,
@@ -247,19 +236,15 @@ async fn a_restarted_control_plane_waits_out_a_lease_before_moving_objects() {
                     "{}",
                     e.message()
                 );
-                assert!(
-                    started.elapsed() < LEASE * 3,
-                    "never moved: {}",
-                    e.message()
-                );
-                tokio::time::sleep(HEARTBEAT).await;
+                assert!(since_start < LEASE * 3, "never moved: {}", e.message());
+                advance_beating(&cp, &mut m2, "m2", "v", HEARTBEAT).await;
+                since_start += HEARTBEAT;
             }
         }
     };
     assert!(
-        started.elapsed() >= LEASE,
-        "moved {:?} after the restart, inside the lease",
-        started.elapsed()
+        since_start >= LEASE,
+        "moved {since_start:?} after the restart, inside the lease"
     );
     assert_eq!(owner(&moved), "m2");
 }

@@ -10,12 +10,26 @@ use serde_json::json;
 use crate::support::{self, Agent, Behavior};
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgeprof-control-plane");
-const DEV_TOKEN: &str = "edp_dev_token_for_tests_0123456789";
+pub const DEV_TOKEN: &str = "edp_dev_token_for_tests_0123456789";
 
-struct Running {
-    child: Child,
-    http: String,
-    grpc: std::net::SocketAddr,
+pub struct Running {
+    pub child: Child,
+    pub http: String,
+    pub grpc: std::net::SocketAddr,
+}
+
+impl Running {
+    /// The process's peak resident set (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("/proc/PID/status");
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/PID/status");
+        kb * 1024
+    }
 }
 
 impl Drop for Running {
@@ -26,6 +40,12 @@ impl Drop for Running {
 }
 
 fn start(db: &str) -> Running {
+    start_with(db, &[])
+}
+
+/// The binary on `db` with a dev account `dev` (token [`DEV_TOKEN`]) and
+/// `extra` flags.
+pub fn start_with(db: &str, extra: &[&str]) -> Running {
     let mut child = Command::new(BIN)
         .args([
             "--database",
@@ -42,6 +62,7 @@ fn start(db: &str) -> Running {
             "--capture-slack-ms",
             "30000",
         ])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -1,23 +1,22 @@
 //! The store against both engines: the same migrations and queries.
 
-use edgeprof_control_plane::store::{
-    DeploymentEntry, DurableObjectKey, MachineRecord, SessionRow, Store,
-};
+use edgeprof_control_plane::store::{DurableObjectKey, MachineRecord, SessionRow, Store};
+use edgeprof_proto::rest::{DeploymentEntry, ProfileKind, SessionStatus};
 
 use crate::support;
 
-fn session(id: &str, status: &str) -> SessionRow {
+fn session(id: &str, status: SessionStatus) -> SessionRow {
     SessionRow {
         id: id.into(),
         account: "acme".into(),
         script: "api".into(),
         version_id: "v".into(),
         version_selector: "latest".into(),
-        kind: "cpu".into(),
+        kind: ProfileKind::Cpu,
         duration_ms: 1000,
         data_center: Some("lhr".into()),
         durable_object: None,
-        status: status.into(),
+        status,
         error: None,
         targets_json: "[]".into(),
         failures_json: "[]".into(),
@@ -197,30 +196,30 @@ async fn check_store(db: &str) {
 
     // Sessions: every state change recorded; profiles stored.
     store
-        .create_session(&session("s-done", "pending"))
+        .create_session(&session("s-done", SessionStatus::Pending))
         .await
         .unwrap();
     store
-        .set_session_status("s-done", "capturing", None, None)
+        .set_session_status("s-done", SessionStatus::Capturing, None, None)
         .await
         .unwrap();
     store.set_session_progress("s-done", 2, "[]").await.unwrap();
     store
-        .set_session_status("s-done", "merging", None, None)
+        .set_session_status("s-done", SessionStatus::Merging, None, None)
         .await
         .unwrap();
     store.store_profile("s-done", b"pprof bytes").await.unwrap();
     store.set_session_requests("s-done", 1234).await.unwrap();
     store
-        .set_session_status("s-done", "done", None, None)
+        .set_session_status("s-done", SessionStatus::Done, None, None)
         .await
         .unwrap();
     store
-        .create_session(&session("s-stuck", "pending"))
+        .create_session(&session("s-stuck", SessionStatus::Pending))
         .await
         .unwrap();
     store
-        .set_session_status("s-stuck", "capturing", None, None)
+        .set_session_status("s-stuck", SessionStatus::Capturing, None, None)
         .await
         .unwrap();
     drop(store);
@@ -250,7 +249,7 @@ async fn check_store(db: &str) {
         Some(&b"pprof bytes"[..])
     );
     let stuck = store.session("acme", "s-stuck").await.unwrap().unwrap();
-    assert_eq!(stuck.status, "failed");
+    assert_eq!(stuck.status, SessionStatus::Failed);
     assert_eq!(stuck.requests, None, "never merged: not known");
     assert_eq!(
         stuck.error.as_deref(),
@@ -303,4 +302,27 @@ async fn bad_database_settings_name_the_problem() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("cannot connect"), "{e}");
+}
+
+/// `sslmode` in the URL reaches PostgreSQL over TLS (sqlx with rustls): the
+/// store opens and migrates, and the server reports the session encrypted.
+#[tokio::test]
+async fn postgres_over_tls_with_sslmode_in_the_url() {
+    let Some(url) = support::postgres().await else {
+        return;
+    };
+    let tls_url = format!("{url}&sslmode=require");
+    let store = Store::open(&tls_url).await.expect("open over TLS");
+    store.ping().await.unwrap();
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&tls_url)
+        .await
+        .unwrap();
+    let row = sqlx::query("SELECT CAST(ssl AS TEXT) FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let ssl: String = sqlx::Row::try_get(&row, 0).unwrap();
+    assert_eq!(ssl, "true");
+    drop(store);
+    support::drop_postgres_schema(&url).await;
 }

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use edgeprof_control_plane::clock::Clock;
 use edgeprof_control_plane::{Config, ControlPlane, DevAccount};
 use edgeprof_pprof::{LineSpec, MappingSpec, ProfileBuilder};
 use edgeprof_proto::v1;
@@ -84,6 +85,9 @@ pub fn config(database: &str) -> Config {
         account: "acme".into(),
         token: None,
     });
+    // Liveness, leases and memory windows move only when a test advances
+    // the clock: no test sleeps to let time pass.
+    c.clock = Clock::manual();
     c
 }
 
@@ -105,6 +109,11 @@ impl Cp {
             http: reqwest::Client::new(),
             token,
         }
+    }
+
+    /// Moves the control plane's clock forward.
+    pub fn advance(&self, by: Duration) {
+        self.cp.clock.advance(by);
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -218,6 +227,24 @@ pub enum Behavior {
     Hang,
     /// Answers at once with an error status.
     Fail,
+    /// Answers at once with a gzip'd profile that inflates to 100 MiB.
+    Bomb,
+    /// Answers at once with an 8 MiB error for each isolate.
+    HugeError,
+}
+
+/// 102 KB of gzip that inflate to 100 MiB of zeros (made once).
+pub fn gzip_bomb() -> &'static [u8] {
+    static BOMB: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    BOMB.get_or_init(|| {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..100 {
+            e.write_all(&chunk).unwrap();
+        }
+        e.finish().unwrap()
+    })
 }
 
 /// An isolate a stand-in agent reports.
@@ -313,6 +340,31 @@ impl v1::node_agent_server::NodeAgent for AgentService {
                 unreachable!()
             }
             Behavior::Fail => return Err(Status::internal("sampler crashed")),
+            Behavior::Bomb | Behavior::HugeError => {
+                let bomb = self.behavior == Behavior::Bomb;
+                let isolates = req
+                    .isolate_ids
+                    .iter()
+                    .map(|id| v1::IsolateCapture {
+                        isolate_id: id.clone(),
+                        pprof: if bomb {
+                            gzip_bomb().to_vec()
+                        } else {
+                            Vec::new()
+                        },
+                        error: if bomb {
+                            String::new()
+                        } else {
+                            "e".repeat(8 << 20)
+                        },
+                        ..Default::default()
+                    })
+                    .collect();
+                return Ok(Response::new(v1::CaptureResponse {
+                    machine: Some(self.machine.clone()),
+                    isolates,
+                }));
+            }
             Behavior::Answer => {}
         }
         tokio::time::sleep(Duration::from_millis(u64::from(req.duration_ms))).await;
@@ -371,7 +423,10 @@ impl Agent {
         let task = tokio::spawn(async move {
             let incoming = tonic::transport::server::TcpIncoming::from(listener);
             let _ = tonic::transport::Server::builder()
-                .add_service(v1::node_agent_server::NodeAgentServer::new(service))
+                .add_service(
+                    v1::node_agent_server::NodeAgentServer::new(service)
+                        .max_encoding_message_size(usize::MAX),
+                )
                 .serve_with_incoming(incoming)
                 .await;
         });

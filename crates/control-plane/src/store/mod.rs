@@ -1,0 +1,231 @@
+//! Persistent state: accounts, tokens, scripts, versions, deployments,
+//! machines, Durable Object placements, capture sessions and their profiles.
+//!
+//! One set of migrations and one set of SQL statements serve both embedded
+//! SQLite (a file, the default) and PostgreSQL (a `postgres://` URL), through
+//! `sqlx::Any`. The SQL therefore sticks to what both dialects share: `$N`
+//! placeholders, `BIGINT`/`TEXT`/`BYTEA` columns (times are Unix
+//! milliseconds), `ON CONFLICT … DO UPDATE` and no booleans.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Row};
+use tokio::sync::Mutex;
+
+mod accounts;
+mod machines;
+mod rows;
+mod schema;
+mod scripts;
+mod sessions;
+
+pub use accounts::{TOKEN_ID_LEN, token_id};
+pub use rows::*;
+pub use scripts::VersionDeletion;
+pub use sessions::RETENTION_BATCH;
+
+use schema::MIGRATIONS;
+
+/// Why a storage operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database URL or path is not usable.
+    #[error("database `{url}`: {reason}")]
+    Config {
+        /// The URL as given (password removed).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database refused or failed an operation.
+    #[error("database: {context}: {source}")]
+    Sql {
+        /// What was being done.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A row holds a value this version cannot read.
+    #[error("database: {0}")]
+    Corrupt(String),
+}
+
+pub(crate) type Result<T> = std::result::Result<T, StoreError>;
+
+pub(crate) fn sql(context: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
+    let context = context.into();
+    move |source| StoreError::Sql { context, source }
+}
+
+/// Which database engine backs the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Embedded SQLite file.
+    Sqlite,
+    /// PostgreSQL server.
+    Postgres,
+}
+
+/// The database, migrated and ready.
+#[derive(Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    // Serializes this process's read-modify-write sequences (deploys,
+    // placements), which SQLite could otherwise fail with SQLITE_BUSY.
+    write: Mutex<()>,
+}
+
+/// Current Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn redact(url: &str) -> String {
+    // postgres://user:password@host → postgres://user:***@host
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((creds, host)) = rest.split_once('@')
+        && let Some((user, _)) = creds.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_owned()
+}
+
+/// Turns a database setting into a sqlx URL: `postgres://…` and
+/// `sqlite:…` pass through; anything else is a SQLite file path, created if
+/// missing.
+pub fn database_url(setting: &str) -> std::result::Result<(String, Backend), StoreError> {
+    if setting.starts_with("postgres://") || setting.starts_with("postgresql://") {
+        return Ok((setting.to_owned(), Backend::Postgres));
+    }
+    if setting.starts_with("sqlite:") {
+        return Ok((setting.to_owned(), Backend::Sqlite));
+    }
+    if setting.contains("://") {
+        return Err(StoreError::Config {
+            url: redact(setting),
+            reason: "unsupported scheme; use a SQLite file path or a postgres:// URL".into(),
+        });
+    }
+    if setting.is_empty() {
+        return Err(StoreError::Config {
+            url: String::new(),
+            reason: "empty path".into(),
+        });
+    }
+    if setting.contains('?') || setting.contains('#') {
+        return Err(StoreError::Config {
+            url: setting.to_owned(),
+            reason: "a SQLite path must not contain `?` or `#`".into(),
+        });
+    }
+    Ok((format!("sqlite://{setting}?mode=rwc"), Backend::Sqlite))
+}
+
+impl Store {
+    /// Opens (creating a SQLite file if needed) and migrates the database.
+    pub async fn open(setting: &str) -> Result<Store> {
+        sqlx::any::install_default_drivers();
+        let (url, backend) = database_url(setting)?;
+        if backend == Backend::Sqlite && !setting.starts_with("sqlite:") {
+            let parent = Path::new(setting).parent();
+            if let Some(parent) = parent.filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| StoreError::Config {
+                    url: setting.to_owned(),
+                    reason: format!("cannot create directory {}: {e}", parent.display()),
+                })?;
+            }
+        }
+        let pool = AnyPoolOptions::new()
+            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect(&url)
+            .await
+            .map_err(|e| StoreError::Config {
+                url: redact(setting),
+                reason: format!("cannot connect: {e}"),
+            })?;
+        if backend == Backend::Sqlite {
+            sqlx::query("PRAGMA journal_mode=WAL")
+                .fetch_all(&pool)
+                .await
+                .map_err(sql("enable WAL"))?;
+        }
+        let store = Store {
+            pool,
+            backend,
+            write: Mutex::new(()),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Which engine this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        let _w = self.write.lock().await;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS edgeprof_migrations (
+                version BIGINT PRIMARY KEY,
+                applied_at_ms BIGINT NOT NULL)",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(sql("create the migrations table"))?;
+        let applied: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM edgeprof_migrations")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("read the schema version"))?
+            .try_get(0)
+            .map_err(sql("read the schema version"))?;
+        if applied > MIGRATIONS.len() as i64 {
+            return Err(StoreError::Corrupt(format!(
+                "the schema is at version {applied} but this build knows only {}; run a newer edgeprof-control-plane",
+                MIGRATIONS.len()
+            )));
+        }
+        for (i, statements) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+            let version = i as i64 + 1;
+            let mut tx = self.pool.begin().await.map_err(sql("begin migration"))?;
+            for s in *statements {
+                sqlx::query(*s)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql(format!("migration {version}")))?;
+            }
+            sqlx::query("INSERT INTO edgeprof_migrations (version, applied_at_ms) VALUES ($1, $2)")
+                .bind(version)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await
+                .map_err(sql(format!("record migration {version}")))?;
+            tx.commit()
+                .await
+                .map_err(sql(format!("commit migration {version}")))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("ping"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,93 @@
+//! The schema: migrations, applied in order by [`super::Store::open`].
+
+/// Migrations, applied in order; each one's index + 1 is its version.
+/// Never edit an applied migration: append a new one.
+pub(super) const MIGRATIONS: &[&[&str]] = &[
+    INITIAL_SCHEMA,
+    // Requests the profiled isolates began during the capture (NULL: not known).
+    &["ALTER TABLE capture_sessions ADD COLUMN requests BIGINT"],
+    // Retention deletes by age across accounts.
+    &["CREATE INDEX capture_sessions_by_age ON capture_sessions (created_at_ms)"],
+];
+
+/// Migration 1.
+const INITIAL_SCHEMA: &[&str] = &[
+    "CREATE TABLE accounts (
+        id TEXT PRIMARY KEY,
+        created_at_ms BIGINT NOT NULL)",
+    "CREATE TABLE api_tokens (
+        token_sha256 TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        created_at_ms BIGINT NOT NULL)",
+    "CREATE TABLE scripts (
+        account_id TEXT NOT NULL REFERENCES accounts(id),
+        name TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (account_id, name))",
+    "CREATE TABLE script_versions (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        wasm BYTEA NOT NULL,
+        wasm_sha256 TEXT NOT NULL,
+        FOREIGN KEY (account_id, script) REFERENCES scripts(account_id, name))",
+    "CREATE INDEX script_versions_by_script ON script_versions (account_id, script, seq)",
+    "CREATE TABLE deployments (
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        version_id TEXT NOT NULL REFERENCES script_versions(id),
+        weight BIGINT NOT NULL,
+        PRIMARY KEY (account_id, script, version_id))",
+    "CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value BIGINT NOT NULL)",
+    "CREATE TABLE machines (
+        id TEXT PRIMARY KEY,
+        data_center TEXT NOT NULL,
+        grpc_address TEXT NOT NULL,
+        http_address TEXT NOT NULL,
+        registered_at_ms BIGINT NOT NULL,
+        last_heartbeat_ms BIGINT NOT NULL)",
+    "CREATE TABLE durable_objects (
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        object_id TEXT NOT NULL,
+        machine_id TEXT NOT NULL,
+        version_id TEXT NOT NULL,
+        placed_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (account_id, script, namespace, object_id))",
+    "CREATE TABLE capture_sessions (
+        id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        version_id TEXT NOT NULL,
+        version_selector TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        duration_ms BIGINT NOT NULL,
+        data_center TEXT,
+        durable_object TEXT,
+        status TEXT NOT NULL,
+        error TEXT,
+        targets_json TEXT NOT NULL,
+        failures_json TEXT NOT NULL,
+        machines_total BIGINT NOT NULL,
+        machines_answered BIGINT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        updated_at_ms BIGINT NOT NULL)",
+    "CREATE INDEX capture_sessions_by_account ON capture_sessions (account_id, created_at_ms)",
+    "CREATE TABLE capture_session_events (
+        session_id TEXT NOT NULL REFERENCES capture_sessions(id),
+        seq BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        detail TEXT,
+        PRIMARY KEY (session_id, seq))",
+    "CREATE TABLE profiles (
+        session_id TEXT PRIMARY KEY REFERENCES capture_sessions(id),
+        pprof BYTEA NOT NULL,
+        sha256 TEXT NOT NULL,
+        created_at_ms BIGINT NOT NULL)",
+];

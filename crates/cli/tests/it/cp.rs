@@ -3,10 +3,11 @@
 //! `NodeAgent.Capture` over real gRPC with a real pprof.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use edgeprof_control_plane::{Config, ControlPlane, DevAccount};
-use edgeprof_proto::v1;
+use edgeprof_proto::{rest, v1};
 
 use crate::support::edgeprof;
 
@@ -57,12 +58,12 @@ pub struct Running {
 
 impl Running {
     pub fn start() -> Running {
-        Running::start_with(|_, _| {}, "http")
+        Running::start_with(|_| {}, "http")
     }
 
-    /// Starts with `adjust(config, dir)` applied; `scheme` is the URL the
-    /// CLI is given (`https` for a control plane terminating TLS).
-    pub fn start_with(adjust: impl FnOnce(&mut Config, &std::path::Path), scheme: &str) -> Running {
+    /// Starts with `adjust(config)` applied; `scheme` is the URL the CLI
+    /// is given (`https` for a control plane terminating TLS).
+    pub fn start_with(adjust: impl FnOnce(&mut Config), scheme: &str) -> Running {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut config = Config::new(
@@ -76,7 +77,7 @@ impl Running {
             account: "acme".into(),
             token: None,
         });
-        adjust(&mut config, dir.path());
+        adjust(&mut config);
         let cp = rt
             .block_on(ControlPlane::start(config))
             .expect("control plane starts");
@@ -108,6 +109,37 @@ impl Running {
         let version: edgeprof_proto::rest::UploadedVersion =
             serde_json::from_str(&deploy.stdout).unwrap();
         version.id
+    }
+
+    /// A deployed `api` served by isolate `i1` of an agent `m1` that has
+    /// heartbeated; the version id.
+    pub fn serve_api(&self) -> String {
+        let version = self.deploy(None);
+        let machine = self.agent("m1", &version);
+        self.heartbeat(&machine, vec![status("i1", &version, 1 << 20, (0, 0))]);
+        version
+    }
+
+    /// `edgeprof profile api --duration 1s -o FILE --json`, which must
+    /// succeed; the session.
+    pub fn capture(&self, file: &Path) -> rest::Session {
+        let run = self.run(&[
+            "profile",
+            "api",
+            "--duration",
+            "1s",
+            "-o",
+            file.to_str().unwrap(),
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("5 requests began on the profiled isolates during the 1s capture"),
+            "{}",
+            run.stderr
+        );
+        serde_json::from_str(&run.stdout).unwrap()
     }
 
     /// One heartbeat of `machine` with `isolates`, over gRPC.
@@ -177,6 +209,17 @@ pub async fn registry(
             Ok(r)
         },
     )
+}
+
+/// Function names in a profile file.
+pub fn functions(file: &Path) -> Vec<String> {
+    let profile = edgeprof_pprof::decode(&std::fs::read(file).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    profile
+        .function
+        .iter()
+        .map(|f| edgeprof_pprof::string(&profile, f.name).to_owned())
+        .collect()
 }
 
 /// What an isolate's capture returns: one sample of 1 ms CPU in a function

@@ -8,3 +8,4 @@ mod output;
 mod sessions;
 mod support;
 mod targets;
+mod tls;

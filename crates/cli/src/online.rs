@@ -179,6 +179,15 @@ impl Client {
     /// `BASE/v1/accounts/ACCOUNT/SEGMENTS…?QUERY`, each segment
     /// percent-encoded and the query encoded from `query`'s fields.
     fn url(&self, segments: &[&str], query: &impl Serialize) -> Result<String> {
+        // `.` and `..` would be resolved away (`--session ..` would name
+        // another resource), and an empty segment names none.
+        let account = self.account.as_str();
+        if let Some(bad) = std::iter::once(&account)
+            .chain(segments)
+            .find(|s| matches!(**s, "" | "." | ".."))
+        {
+            bail!("`{bad}` is not a valid name (account, script, version or session id)");
+        }
         let mut url = self.base.clone();
         url.path_segments_mut()
             .expect("checked in Client::new: an http(s) URL has a path")
@@ -906,6 +915,53 @@ mod summary_tests {
         assert_eq!(
             requests_summary(None, d),
             "requests during the capture: unknown (an agent did not count them)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    fn client(url: &str) -> Client {
+        Client::new(&Connection {
+            url: url.into(),
+            token: Some("t".into()),
+            account: Some("acme".into()),
+            ca_cert: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn segments_and_queries_are_encoded() {
+        let c = client("https://cp.example/base/");
+        let query = rest::SessionsQuery {
+            script: Some("a&limit=1 #x".into()),
+            limit: None,
+        };
+        assert_eq!(
+            c.url(&["profiles"], &query).unwrap(),
+            "https://cp.example/base/v1/accounts/acme/profiles?script=a%26limit%3D1+%23x"
+        );
+        assert_eq!(
+            c.url(&["profiles", "../x?y#z", "pprof"], &()).unwrap(),
+            "https://cp.example/base/v1/accounts/acme/profiles/..%2Fx%3Fy%23z/pprof"
+        );
+        for bad in ["..", ".", ""] {
+            let e = c.url(&["profiles", bad, "pprof"], &()).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("`{bad}` is not a valid name (account, script, version or session id)")
+            );
+        }
+        assert_eq!(
+            c.url(
+                &["scripts", "api", "versions"],
+                &rest::UploadQuery { weight: None }
+            )
+            .unwrap(),
+            "https://cp.example/base/v1/accounts/acme/scripts/api/versions"
         );
     }
 }

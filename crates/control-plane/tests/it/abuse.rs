@@ -273,6 +273,32 @@ async fn long_and_hostile_names_get_short_named_refusals() {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(part), "{name}: {message}");
     }
+    // A body that is not JSON by its type: 415 in the same shape; a query
+    // parameter nobody knows: 400 naming it.
+    let resp = cp
+        .http
+        .post(cp.url("/v1/accounts/acme/profiles"))
+        .bearer_auth(&cp.token)
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 415);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
+    let (status, body, _) = cp.get("/v1/accounts/acme/profiles?scirpt=api").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `scirpt`"),
+        "{body}"
+    );
     // So are account ids.
     let (status, body, _) = cp.get("/v1/accounts/Acme_Corp/scripts").await;
     assert_eq!(status, 400, "{body}");
@@ -283,4 +309,28 @@ async fn long_and_hostile_names_get_short_named_refusals() {
             .starts_with("account: `Acme_Corp` must be a DNS label"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_answered_408() {
+    let (_dir, db) = support::sqlite();
+    let mut config = support::config(&db);
+    config.http.body_idle_timeout = Duration::from_millis(300);
+    let cp = crate::support::Cp::start(config).await;
+    let mut s = TcpStream::connect(cp.cp.http_addr).await.unwrap();
+    let head = format!(
+        "POST /v1/accounts/acme/profiles HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"script\"",
+        cp.token
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    // ...and nothing more: the server answers once the pause is too long.
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .expect("answered and closed within 10 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":\"body_timeout\""), "{text}");
 }

@@ -152,7 +152,7 @@ pub fn merge(files: &[PathBuf], output: &Path) -> Result<ExitCode> {
     }
     let merged = merger.finish()?;
     let bytes = edgeprof_pprof::encode(&merged);
-    write_atomically(output, &bytes)?;
+    write_output(output, &bytes)?;
     eprintln!(
         "edgeprof: wrote {} ({} samples from {} profiles)",
         output.display(),
@@ -162,9 +162,38 @@ pub fn merge(files: &[PathBuf], output: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes through a temporary file in the same directory, so a failure never
-/// leaves a half-written or clobbered `path`.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to `path` (`-o`). Only a regular file or a new path is
+/// written atomically: through a temporary file in the same directory,
+/// renamed over it, so a failure never leaves it half-written. Anything
+/// else (a character device such as `/dev/null`, a FIFO, a symlink such as
+/// `/dev/stdout`) is opened and written in place, never created or replaced:
+/// renaming over a device node would turn it into a regular file.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    let cannot = || format!("{}: cannot write", path.display());
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() => write_atomically(path, bytes),
+        Ok(meta) if meta.is_dir() => Err(anyhow!("{}: is a directory", path.display())),
+        Ok(_) => {
+            // What the path names, through any symlink: truncate only a
+            // regular file (O_TRUNC means nothing to a device or a pipe).
+            let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(regular)
+                .open(path)
+                .with_context(cannot)?;
+            file.write_all(bytes)
+                .and_then(|()| file.flush())
+                .with_context(cannot)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_atomically(path, bytes),
+        Err(e) => Err(anyhow!("{}: cannot write: {e}", path.display())),
+    }
+}
+
+/// Writes through a temporary file in the same directory, renamed over
+/// `path`; only for regular files and new paths.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -59,7 +59,8 @@ fn bad_files_name_the_file_and_the_cause() {
     );
 }
 
-fn ok_profile() -> edgeprof_pprof::Profile {
+/// A one-sample profile.
+pub fn ok_profile() -> edgeprof_pprof::Profile {
     let mut b = edgeprof_pprof::ProfileBuilder::new(&[("samples", "count")]);
     let f = b.function("main", "main", "", 0);
     let l = b.location(

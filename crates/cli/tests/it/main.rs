@@ -1,7 +1,11 @@
 //! Integration tests of the `edgeprof` binary: the offline commands on real
 //! files, against the reference tool (`go tool pprof`) where it matters.
 
+mod cp;
 mod errors;
 mod interop;
+mod output;
+mod sessions;
 mod support;
 mod targets;
+mod tls;

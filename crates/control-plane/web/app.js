@@ -1,5 +1,5 @@
-// The edgeprof dashboard: talks to the control plane's REST API (DESIGN.md
-// §5) and draws the viewer model computed by the wasm (edgeprof-viewer-web).
+// The edgeprof dashboard: talks to the control plane's REST API (docs/api.md)
+// and draws the viewer model computed by the wasm (edgeprof-viewer-web).
 //
 // What is shown is also readable by tests and tools: the canvas carries
 // `data-focus`, `data-width` and the timings of its last redraw

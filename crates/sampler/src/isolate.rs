@@ -341,11 +341,17 @@ impl Isolate {
         }
         self.requests += 1;
         self.profiler.shared.record_request();
-        let bytes = request.encode();
+        // The request's whole cost (its encoding, the response's decoding)
+        // counts as the isolate's CPU.
         self.begin_request();
-        let packed = self.call_guest(&bytes);
+        let response = self.serve(request);
         self.end_request();
-        let (rptr, rlen) = packed?;
+        response
+    }
+
+    fn serve(&mut self, request: &Request) -> Result<Response, IsolateError> {
+        let bytes = request.encode();
+        let (rptr, rlen) = self.call_guest(&bytes)?;
         let data = self.memory.data(&self.store);
         let body = data.get(rptr..rptr.saturating_add(rlen)).ok_or_else(|| {
             IsolateError::BadResponse(format!(
@@ -397,7 +403,7 @@ impl Isolate {
     fn end_request(&mut self) {
         let st = self.store.data_mut();
         if st.sampler.counting(&st.prof) {
-            st.sampler.end_request(thread_cpu_nanos());
+            st.sampler.end_request();
         }
     }
 

@@ -175,6 +175,10 @@ impl std::fmt::Debug for Isolate {
     }
 }
 
+/// The `[host]` frame of a sample taken outside any wasm call of a request:
+/// the host encoding the request or decoding the response.
+pub(crate) const REQUEST_FRAME: &str = "request and response";
+
 /// Called first by every import: names the host call, in case a sample
 /// falls in it (see `on_call_hook`). One store, no clock.
 pub(crate) fn enter_import(caller: &mut Caller<'_, HostState>, name: &'static str) {
@@ -339,11 +343,11 @@ impl Isolate {
         if let Some(reason) = self.eviction {
             return Err(IsolateError::Evicted(reason));
         }
-        self.requests += 1;
-        self.profiler.shared.record_request();
         // The request's whole cost (its encoding, the response's decoding)
         // counts as the isolate's CPU.
         self.begin_request();
+        self.requests += 1;
+        self.profiler.shared.record_request();
         let response = self.serve(request);
         self.end_request();
         response
@@ -389,22 +393,34 @@ impl Isolate {
     /// Before the request's first call into wasm: the CPU limit's base and
     /// the sampler's deadline (see `sampling`), from one clock read.
     fn begin_request(&mut self) {
-        let now = thread_cpu_nanos();
         let st = self.store.data_mut();
+        let start_tick = st.sampler.tick_now();
+        let now = thread_cpu_nanos();
         st.request_cpu_start = now;
-        let deadline = st.sampler.begin_request(&st.prof, now);
+        let poll = st.sampler.begin_request(&st.prof, now, start_tick);
+        if st.sampler.due() {
+            // The tick landed while the clock was read.
+            sample_outside_wasm(st, now);
+        }
+        let deadline = st.sampler.ticks_to_due(poll);
         if self.runtime.inner.config.epoch_interruption {
             self.store.set_epoch_deadline(deadline);
         }
     }
 
-    /// After the request's last call into wasm: while a CPU capture runs,
-    /// keep the CPU not yet sampled for the next request.
+    /// The request is answered: while a CPU capture runs, a tick that
+    /// landed where no epoch check noticed it (the host placing the request
+    /// or reading the response, the tail of the guest's call) is sampled
+    /// here, and the CPU not yet sampled is kept for the next request.
     fn end_request(&mut self) {
         let st = self.store.data_mut();
-        if st.sampler.counting(&st.prof) {
-            st.sampler.end_request();
+        if !st.sampler.counting(&st.prof) {
+            return;
         }
+        if st.sampler.due() {
+            sample_outside_wasm(st, thread_cpu_nanos());
+        }
+        st.sampler.end_request();
     }
 
     fn fail(&mut self, e: wasmtime::Error) -> IsolateError {
@@ -478,6 +494,23 @@ fn on_epoch_deadline(
     }
     let next = sample(&mut ctx, now, None);
     Ok(UpdateDeadline::Continue(next))
+}
+
+/// A tick that landed in the host's part of a request (placing it,
+/// reading the response, the clock read itself), at thread CPU `now`: a
+/// [`REQUEST_FRAME`] sample. Without these a request of a few microseconds,
+/// most of it host work, lost most of its ticks (a sample count far under
+/// CPU / interval).
+fn sample_outside_wasm(st: &mut HostState, now: u64) {
+    let started = std::time::Instant::now();
+    if let Tick::Sample {
+        generation, weight, ..
+    } = st.sampler.tick(&st.prof, now)
+    {
+        let stack = vec![RawFrame::Host(REQUEST_FRAME)].into_boxed_slice();
+        st.prof
+            .record_cpu(generation, stack, weight, false, started);
+    }
 }
 
 /// A tick was noticed at thread CPU `now`, in wasm or (`import`) on the

@@ -1,31 +1,35 @@
 //! When an isolate takes a CPU sample and what it weighs.
 //!
 //! Samples are due on the engine's epoch ticks, every `interval` of ticks
-//! while the isolate runs, and weigh the thread CPU time since the previous
-//! sample. A tick is noticed in one of two places:
+//! while the isolate runs, and weigh the isolate's CPU time since the
+//! previous sample. A tick is noticed in one of three places:
 //!
 //! - in wasm, by Wasmtime's epoch check, which calls the deadline callback;
 //! - in a host import (where Wasmtime checks nothing), on its return: the
 //!   call hook compares the runtime's tick counter with the tick the next
 //!   sample is due at. That is one atomic load per host call; only when the
-//!   tick landed during the call does it read the clock and capture the stack
-//!   (with a `[host] <import>` leaf). Host time is so sampled, not traced:
-//!   its share of the profile is its share of the ticks.
+//!   tick landed during the call does it read the clock and capture the
+//!   stack (with a `[host] <import>` leaf). Host time is so sampled, not
+//!   traced: its share of the profile is its share of the ticks;
+//! - in the host's own part of a request (placing it, reading the
+//!   response), checked at the request's start and end: a
+//!   `[host] request and response` sample.
 //!
-//! Per request the sampler reads the thread CPU clock once, at its start
-//! (the CPU limit's base, read whether or not a capture runs); at its end
-//! it estimates the CPU the request used since its latest sample from the
-//! wall clock (cheap), bounded by the CPU clock at the next start. So the
-//! CPU between requests is nobody's and the CPU a short request used
-//! carries into the next one: requests shorter than the interval are
-//! sampled as often as their CPU says. A tick that finds less than the
-//! interval (less half a tick) of CPU since the previous sample (the thread
-//! was preempted, or blocked in a host call) waits for the rest instead of
-//! sampling, so the count of samples follows CPU time, not wall time.
+//! The thread CPU clock is a system call (1-1.5 us on a VM), a cost a 2 us
+//! request cannot pay twice, so per request it is read once, at the start
+//! (the CPU limit's base, read whether or not a capture runs). The CPU a
+//! request uses is otherwise estimated from the ticks that pass while it
+//! runs (an atomic load): a request starts at a random phase of the tick,
+//! so whole ticks are an unbiased estimate over requests. The estimate since
+//! the previous sample, across requests, is bounded by the thread CPU clock
+//! read at a request's start or a sample, so a request preempted or blocked
+//! in a host call counts no more than the CPU the thread used: samples
+//! follow CPU time, not wall time, and the CPU between requests is nobody's.
+//! A tick that finds less than the interval (less half a tick) of CPU since
+//! the previous sample waits for the rest instead of sampling.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use crate::profiler::{ProfilerShared, STATE_CPU};
 
@@ -51,17 +55,17 @@ pub(crate) struct CpuSampler {
     poll_ticks: u64,
     /// The capture this isolate counts for; a new one restarts the count.
     seen_generation: u64,
-    /// Thread CPU at the previous sample, shifted by the CPU between
-    /// requests (which belongs to nobody).
-    last_cpu: u64,
+    /// Thread CPU at the previous sample (or the capture's start), as
+    /// read: the bound of the estimate.
+    sample_cpu: u64,
     /// CPU used since the previous sample by requests that have ended, as
-    /// estimated at the last one's end (see [`Self::end_request`]).
+    /// estimated at the last one's end.
     carry_cpu: u64,
-    /// When the CPU not yet sampled began to be counted in this request:
-    /// its start, or its latest sample.
-    ref_wall: Option<Instant>,
-    /// The unsampled CPU from before `ref_wall` (the carry at the
-    /// request's start, 0 after a sample).
+    /// The tick from which the running request's CPU is estimated: its
+    /// start, or its latest sample (`None` between requests).
+    ref_tick: Option<u64>,
+    /// The estimated CPU since the previous sample from before `ref_tick`
+    /// (the carry at the request's start, 0 after a sample).
     before_ref: u64,
     /// The tick counter value at which the next sample is due (`u64::MAX`
     /// while no CPU capture is counted).
@@ -79,9 +83,9 @@ impl CpuSampler {
             tick_ns,
             poll_ticks,
             seen_generation: 0,
-            last_cpu: 0,
+            sample_cpu: 0,
             carry_cpu: 0,
-            ref_wall: None,
+            ref_tick: None,
             before_ref: 0,
             due_tick: u64::MAX,
             import: None,
@@ -92,53 +96,72 @@ impl CpuSampler {
         self.ticks.load(Ordering::Acquire)
     }
 
+    /// The tick counter now (read before the CPU clock, whose system call
+    /// is a good part of a short request: a tick landing in it is the
+    /// request's).
+    pub fn tick_now(&self) -> u64 {
+        self.now_tick()
+    }
+
+    /// Ticks until the next sample is due (0: now), or `otherwise` while no
+    /// CPU capture is counted.
+    pub fn ticks_to_due(&self, otherwise: u64) -> u64 {
+        if self.due_tick == u64::MAX {
+            otherwise
+        } else {
+            self.due_tick.saturating_sub(self.now_tick())
+        }
+    }
+
     fn wait(&mut self, ticks: u64) -> Tick {
         self.due_tick = self.now_tick().saturating_add(ticks);
         Tick::Wait(ticks)
     }
 
-    /// A request begins at thread CPU `now`: the epoch deadline to set, in
-    /// ticks from now.
-    pub fn begin_request(&mut self, prof: &ProfilerShared, now: u64) -> u64 {
+    /// Starts counting for capture `generation` at thread CPU `now`.
+    fn restart(&mut self, generation: u64, now: u64) {
+        self.seen_generation = generation;
+        self.sample_cpu = now;
+        self.carry_cpu = 0;
+        self.before_ref = 0;
+    }
+
+    /// A request begins at thread CPU `now`, read just after the tick
+    /// counter said `start_tick`: the epoch deadline to set, in ticks from
+    /// `start_tick`.
+    pub fn begin_request(&mut self, prof: &ProfilerShared, now: u64, start_tick: u64) -> u64 {
         let (state, generation, ticks) = prof.snapshot();
         let carry = std::mem::take(&mut self.carry_cpu);
         if state != STATE_CPU {
             self.due_tick = u64::MAX;
-            self.ref_wall = None;
+            self.ref_tick = None;
             return self.poll_ticks;
         }
-        self.ref_wall = Some(Instant::now());
+        self.ref_tick = Some(start_tick);
         let deadline = if self.seen_generation == generation {
-            // The carry was estimated from wall time; the thread's CPU
-            // since the previous sample (the requests' and whatever ran
-            // between them) bounds it.
-            let carry = carry.min(now.saturating_sub(self.last_cpu));
+            // Bounded as a whole: bounding each request's estimate (0 or a
+            // tick, mostly 0) by its CPU would bias it to 0.
+            let carry = carry.min(now.saturating_sub(self.sample_cpu));
             self.before_ref = carry;
-            self.last_cpu = now.saturating_sub(carry);
             let remaining = (ticks * self.tick_ns).saturating_sub(carry);
             remaining.div_ceil(self.tick_ns).max(1)
         } else {
-            self.seen_generation = generation;
-            self.before_ref = 0;
-            self.last_cpu = now;
+            self.restart(generation, now);
             ticks
         };
-        self.due_tick = self.now_tick().saturating_add(deadline);
+        self.due_tick = start_tick.saturating_add(deadline);
         deadline
     }
 
     /// The request ended (only called while a CPU capture is counted:
-    /// otherwise there is nothing to carry). The CPU it used since its
-    /// latest sample is estimated by the wall time (a vDSO read, where the
-    /// thread CPU clock is a system call costing a microsecond or more,
-    /// which a 2 µs request cannot afford) and bounded by the CPU clock at
-    /// the next request's start: a request preempted or blocked in a host
-    /// call carries no more than the CPU the thread used meanwhile.
+    /// otherwise there is nothing to carry): its estimated CPU since its
+    /// latest sample carries into the next request.
     pub fn end_request(&mut self) {
+        let now = self.now_tick();
         let since_ref = self
-            .ref_wall
+            .ref_tick
             .take()
-            .map_or(0, |t| t.elapsed().as_nanos() as u64);
+            .map_or(0, |t| now.saturating_sub(t) * self.tick_ns);
         self.carry_cpu = self.before_ref.saturating_add(since_ref);
     }
 
@@ -155,23 +178,24 @@ impl CpuSampler {
     }
 
     /// A tick was noticed (the epoch deadline passed, or [`Self::due`]) at
-    /// thread CPU `now`.
+    /// thread CPU `now`, during a request.
     pub fn tick(&mut self, prof: &ProfilerShared, now: u64) -> Tick {
         let (state, generation, ticks) = prof.snapshot();
         if state != STATE_CPU {
             self.due_tick = u64::MAX;
             return Tick::Wait(self.poll_ticks);
         }
+        let now_tick = self.now_tick();
         if self.seen_generation != generation {
             // A capture started during this request: count from now.
-            self.seen_generation = generation;
-            self.last_cpu = now;
-            self.carry_cpu = 0;
-            self.before_ref = 0;
-            self.ref_wall = Some(Instant::now());
+            self.restart(generation, now);
+            self.ref_tick = Some(now_tick);
             return self.wait(ticks);
         }
-        let since = now.saturating_sub(self.last_cpu);
+        let estimate = self.before_ref.saturating_add(
+            now_tick.saturating_sub(self.ref_tick.unwrap_or(now_tick)) * self.tick_ns,
+        );
+        let since = estimate.min(now.saturating_sub(self.sample_cpu));
         let interval = ticks * self.tick_ns;
         // Half a tick short still counts (the tick's phase jitters), less
         // waits: a tick that lands after a preemption finds little CPU, and
@@ -180,10 +204,10 @@ impl CpuSampler {
             let rest = (interval - since).div_ceil(self.tick_ns).max(1);
             return self.wait(rest);
         }
-        self.last_cpu = now;
+        self.sample_cpu = now;
         self.before_ref = 0;
-        self.ref_wall = Some(Instant::now());
-        self.due_tick = self.now_tick().saturating_add(ticks);
+        self.ref_tick = Some(now_tick);
+        self.due_tick = now_tick.saturating_add(ticks);
         Tick::Sample {
             generation,
             weight: since,
@@ -324,7 +348,7 @@ pub(crate) mod tests {
             cap.samples
         );
         // All the CPU is there, once (the CPU a request used after its
-        // last sample is estimated from wall time, which may run a little
+        // last sample is estimated from the ticks, which may run a little
         // over).
         let ratio = top.total as f64 / mixed_cpu as f64;
         assert!(

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+/// Highest `--max-isolates`: each isolate is a thread and a few memory
+/// maps, and the kernel's default map count (65 530) must stay far away.
+pub const MAX_ISOLATES_LIMIT: usize = 4096;
+
 /// Command-line flags (each also readable from an `EDGEPROF_*` variable).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -54,7 +58,14 @@ pub struct Args {
     /// Most isolates per busy script version.
     #[arg(long, env = "EDGEPROF_MAX_ISOLATES_PER_VERSION", default_value_t = 4)]
     pub max_isolates_per_version: usize,
-    /// Isolates idle this long (seconds) are reclaimed.
+    /// Most live isolates on this machine, Durable Objects included (each
+    /// is one thread); over it a request that needs a new isolate gets 503.
+    #[arg(long, env = "EDGEPROF_MAX_ISOLATES", default_value_t = 512)]
+    pub max_isolates: usize,
+    /// Most live isolates of one account on this machine.
+    #[arg(long, env = "EDGEPROF_MAX_ISOLATES_PER_ACCOUNT", default_value_t = 128)]
+    pub max_isolates_per_account: usize,
+    /// Isolates idle this long (seconds) are reclaimed, Durable Objects included.
     #[arg(long, env = "EDGEPROF_IDLE_ISOLATE_SECS", default_value_t = 120)]
     pub idle_isolate_secs: u64,
     /// Write `{"http": ..., "grpc": ...}` with the bound addresses here once listening.
@@ -92,6 +103,10 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Most isolates per script version.
     pub max_isolates_per_version: usize,
+    /// Most live isolates on this machine.
+    pub max_isolates: usize,
+    /// Most live isolates of one account on this machine.
+    pub max_isolates_per_account: usize,
     /// Idle isolates are reclaimed after this.
     pub idle_isolate: Duration,
     /// Where to write bound addresses.
@@ -152,6 +167,22 @@ impl TryFrom<Args> for Config {
         if a.max_isolates_per_version == 0 {
             bail!("--max-isolates-per-version: must be at least 1");
         }
+        if !(1..=MAX_ISOLATES_LIMIT).contains(&a.max_isolates) {
+            bail!(
+                "--max-isolates {}: must be 1–{MAX_ISOLATES_LIMIT}",
+                a.max_isolates
+            );
+        }
+        if !(1..=a.max_isolates).contains(&a.max_isolates_per_account) {
+            bail!(
+                "--max-isolates-per-account {}: must be 1–{} (--max-isolates)",
+                a.max_isolates_per_account,
+                a.max_isolates
+            );
+        }
+        if a.idle_isolate_secs == 0 {
+            bail!("--idle-isolate-secs: must be positive");
+        }
         Ok(Config {
             data_center: a.data_center,
             machine_id: a.machine_id,
@@ -165,6 +196,8 @@ impl TryFrom<Args> for Config {
             sampling_interval: Duration::from_millis(a.sampling_interval_ms),
             heartbeat: Duration::from_millis(a.heartbeat_ms),
             max_isolates_per_version: a.max_isolates_per_version,
+            max_isolates: a.max_isolates,
+            max_isolates_per_account: a.max_isolates_per_account,
             idle_isolate: Duration::from_secs(a.idle_isolate_secs),
             ready_file: a.ready_file,
             check_only: a.check_config,

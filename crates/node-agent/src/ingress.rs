@@ -26,7 +26,9 @@ use axum::routing::{any, get};
 use edgeprof_sampler::Request as WorkerRequest;
 use rand::Rng;
 
-use crate::hosting::{Hosting, ObjectHere, ServeError, Slot, VersionRef};
+use crate::hosting::{
+    Hosting, ObjectHere, ObjectKey, ScriptKey, ServeError, Slot, StartError, VersionRef,
+};
 use crate::metrics::Metrics;
 use crate::registry::{DeployedScript, PlacementUnavailable, Registry};
 
@@ -51,7 +53,7 @@ pub struct Ingress {
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Where Durable Objects owned elsewhere live: key → owner HTTP base URL.
-    pub remote_objects: Arc<Mutex<HashMap<String, String>>>,
+    pub remote_objects: Arc<Mutex<HashMap<ObjectKey, String>>>,
     /// Client used to forward Durable Object requests.
     pub http: reqwest::Client,
 }
@@ -69,6 +71,21 @@ pub fn app(state: Ingress) -> Router {
         .route("/{script}/", any(script))
         .route("/{script}/{*rest}", any(script))
         .with_state(state)
+}
+
+/// No isolate could be had: over a cap (503, retry later), a version that
+/// fails to start (502), or no thread (503).
+fn start_error(e: &StartError) -> Response {
+    let status = match e {
+        StartError::Failing { .. } => StatusCode::BAD_GATEWAY,
+        StartError::AtCapacity(_) | StartError::Thread(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut r = error(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, 1.into());
+    }
+    r
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -184,15 +201,13 @@ async fn version_of(s: &Ingress, name: &str) -> Result<(VersionRef, DeployedScri
             format!("script `{name}` has no deployed version"),
         ));
     };
+    let key = ScriptKey {
+        account: script.account.clone(),
+        script: name.to_owned(),
+    };
     match s
         .registry
-        .version(
-            &s.hosting,
-            name,
-            &script.account,
-            &v.version_id,
-            &v.wasm_sha256,
-        )
+        .version(&s.hosting, &key, &v.version_id, &v.wasm_sha256)
         .await
     {
         Ok(r) => Ok((r, script)),
@@ -225,11 +240,14 @@ async fn script(
 
 /// Sends `request` to the isolate `pick` names; an isolate evicted while the
 /// request was queued is retried once on the isolate `pick` names next.
-async fn serve(request: WorkerRequest, pick: impl Fn() -> anyhow::Result<Arc<Slot>>) -> Response {
+async fn serve(
+    request: WorkerRequest,
+    pick: impl Fn() -> Result<Arc<Slot>, StartError>,
+) -> Response {
     for _ in 0..2 {
         let slot = match pick() {
             Ok(slot) => slot,
-            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+            Err(e) => return start_error(&e),
         };
         match slot.serve(request.clone(), None).await {
             Ok(r) => return worker_response(r),
@@ -273,14 +291,31 @@ async fn durable_object(
             format!("request body over {MAX_BODY} bytes"),
         );
     }
-    let key = format!("{namespace}:{id}");
+    let script = match s.registry.script(&namespace).await {
+        Ok(Some(d)) => d,
+        Ok(None) => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("durable object namespace `{namespace}` has no deployed script"),
+            );
+        }
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+    };
+    let key = ObjectKey {
+        script: ScriptKey {
+            account: script.account.clone(),
+            script: namespace.clone(),
+        },
+        namespace: namespace.clone(),
+        id: id.clone(),
+    };
     let forwarded = headers.contains_key(FORWARDED);
     let request = worker_request(&method, &uri, &headers, body.clone(), 3);
     // After a fenced isolate or a misdirected forward, ask the control
     // plane rather than trust what this machine remembers.
     let mut ask = false;
     for _ in 0..DURABLE_OBJECT_ATTEMPTS {
-        let route = match route_object(&s, &namespace, &id, &key, forwarded || ask).await {
+        let route = match route_object(&s, &script, &key, forwarded || ask).await {
             Ok(route) => route,
             Err(r) => return r,
         };
@@ -342,15 +377,11 @@ enum ObjectRoute {
 /// control plane says (placing it here on first use).
 async fn route_object(
     s: &Ingress,
-    namespace: &str,
-    id: &str,
-    key: &str,
+    script: &DeployedScript,
+    key: &ObjectKey,
     ask: bool,
 ) -> Result<ObjectRoute, Response> {
-    let here = s
-        .hosting
-        .durable_object(key)
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    let here = s.hosting.durable_object(key).map_err(|e| start_error(&e))?;
     match here {
         ObjectHere::Serving(slot, until) => return Ok(ObjectRoute::Here(slot, until)),
         ObjectHere::Fenced => {}
@@ -367,27 +398,31 @@ async fn route_object(
             }
         }
     }
-    place(s, namespace, id, key).await
+    place(s, script, key).await
 }
 
 /// Asks the control plane where object `key` lives. Here: confirms (or
 /// starts) its isolate for the placement and lease the answer grants.
 /// Elsewhere: drops any copy kept here, remembers the owner and returns its
 /// HTTP base URL.
-async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<ObjectRoute, Response> {
-    let script = match s.registry.script(namespace).await {
-        Ok(Some(d)) => d,
-        Ok(None) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                format!("durable object namespace `{namespace}` has no deployed script"),
-            ));
-        }
-        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
-    };
+async fn place(
+    s: &Ingress,
+    script: &DeployedScript,
+    key: &ObjectKey,
+) -> Result<ObjectRoute, Response> {
+    // A machine at its isolate cap places nothing new here: a flood of new
+    // objects creates neither isolates nor placement rows.
+    s.hosting
+        .has_room(&key.script.account)
+        .map_err(|e| start_error(&e))?;
     let (placed, sent) = s
         .registry
-        .place_durable_object(&script.account, namespace, namespace, id)
+        .place_durable_object(
+            &key.script.account,
+            &key.script.script,
+            &key.namespace,
+            &key.id,
+        )
         .await
         .map_err(|e| {
             let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
@@ -407,7 +442,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
         s.remote_objects
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key.to_owned(), owner.http_address.clone());
+            .insert(key.clone(), owner.http_address.clone());
         return Ok(ObjectRoute::Elsewhere(owner.http_address));
     }
     s.remote_objects
@@ -422,13 +457,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
         .unwrap_or_default();
     let version = s
         .registry
-        .version(
-            &s.hosting,
-            namespace,
-            &script.account,
-            &placed.version_id,
-            sha,
-        )
+        .version(&s.hosting, &key.script, &placed.version_id, sha)
         .await
         .map_err(|e| error(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
     let (slot, until) = s
@@ -440,7 +469,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
             sent,
             Duration::from_millis(u64::from(placed.durable_object_lease_ms)),
         )
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+        .map_err(|e| start_error(&e))?;
     Ok(ObjectRoute::Here(slot, until))
 }
 

@@ -88,7 +88,11 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let hosting = Arc::new(hosting::Hosting::new(
         runtime,
         limits,
-        config.max_isolates_per_version,
+        hosting::Caps {
+            per_version: config.max_isolates_per_version,
+            machine: config.max_isolates,
+            account: config.max_isolates_per_account,
+        },
         config.machine_id.clone(),
         metrics.clone(),
     ));

@@ -16,7 +16,12 @@ use edgeprof_proto::v1::{self, registry_client::RegistryClient};
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
-use crate::hosting::{Hosting, Slot, VersionRef};
+use crate::hosting::{Hosting, ObjectKey, ScriptKey, Slot, VersionRef};
+
+/// A module being fetched and compiled, or compiled: one cell per hash, so
+/// callers of the same module wait for one fetch while other modules'
+/// callers wait for nothing.
+type ModuleCell = Arc<tokio::sync::OnceCell<Arc<edgeprof_sampler::Module>>>;
 
 /// Most isolates reported in one heartbeat, so a message stays well under
 /// gRPC's 4 MiB default.
@@ -39,7 +44,7 @@ pub struct Registry {
     pub machine: v1::Machine,
     generation: Mutex<u64>,
     scripts: RwLock<HashMap<String, DeployedScript>>,
-    modules: tokio::sync::Mutex<HashMap<String, Arc<edgeprof_sampler::Module>>>,
+    modules: Mutex<HashMap<String, ModuleCell>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -64,7 +69,7 @@ impl Registry {
             machine,
             generation: Mutex::new(u64::MAX),
             scripts: RwLock::new(HashMap::new()),
-            modules: tokio::sync::Mutex::new(HashMap::new()),
+            modules: Mutex::new(HashMap::new()),
         })
     }
 
@@ -98,15 +103,15 @@ impl Registry {
         let slots = hosting.slots();
         let omitted = slots.len().saturating_sub(MAX_ISOLATES_PER_HEARTBEAT);
         let status = |s: &Slot| {
-            let (evictions, memory_evictions) = hosting.evictions(&s.version_id);
+            let (evictions, memory_evictions) = hosting.evictions(&s.key.account, &s.version_id);
             v1::IsolateStatus {
                 isolate_id: s.id.clone(),
-                script: s.script.clone(),
+                script: s.key.script.clone(),
                 version_id: s.version_id.clone(),
-                account: s.account.clone(),
+                account: s.key.account.clone(),
                 requests_last_60s: s.requests_last_60s(),
                 last_request_unix_ms: s.last_request_ms(),
-                durable_objects: s.durable_object.iter().cloned().collect(),
+                durable_objects: s.durable_object.iter().map(|o| o.wire()).collect(),
                 memory_bytes: s.memory_bytes(),
                 evictions,
                 memory_evictions,
@@ -117,9 +122,10 @@ impl Registry {
             .take(MAX_ISOLATES_PER_HEARTBEAT)
             .map(|s| status(s))
             .collect();
-        let listed: Vec<String> = isolates
+        let listed: Vec<ObjectKey> = slots
             .iter()
-            .flat_map(|i| i.durable_objects.iter().cloned())
+            .take(MAX_ISOLATES_PER_HEARTBEAT)
+            .filter_map(|s| s.durable_object.clone())
             .collect();
         let evicted_slots = hosting.take_evicted(MAX_ISOLATES_PER_HEARTBEAT);
         let evicted = evicted_slots
@@ -209,55 +215,70 @@ impl Registry {
             .cloned())
     }
 
-    /// The compiled module of a version (fetched and compiled once per hash).
+    /// The compiled module of a version (fetched and compiled once per
+    /// hash). No lock is held while fetching or compiling: requests for
+    /// other modules go on meanwhile.
     pub async fn version(
         &self,
         hosting: &Hosting,
-        script: &str,
-        account: &str,
+        key: &ScriptKey,
         version_id: &str,
         sha256: &str,
     ) -> Result<VersionRef> {
-        let mut modules = self.modules.lock().await;
-        let module = match modules.get(sha256).filter(|_| !sha256.is_empty()) {
-            Some(m) => m.clone(),
-            None => {
-                let resp = self
-                    .client
-                    .clone()
-                    .get_script_version(self.request(v1::GetScriptVersionRequest {
-                        version_id: version_id.into(),
-                    }))
-                    .await
-                    .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
-                    .into_inner();
-                let actual = hex::encode(Sha256::digest(&resp.wasm));
-                if !resp.wasm_sha256.is_empty() && actual != resp.wasm_sha256 {
-                    bail!(
-                        "version {version_id}: wasm bytes hash to {actual}, the control plane said {}",
-                        resp.wasm_sha256
-                    );
-                }
-                let runtime = hosting.runtime().clone();
-                let name = format!("{script}.wasm");
-                let wasm = resp.wasm;
-                let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
-                    .await
-                    .context("module compilation panicked")?
-                    .with_context(|| {
-                        format!("version {version_id} of {script} does not compile")
-                    })?;
-                let module = Arc::new(module);
-                modules.insert(actual, module.clone());
-                module
-            }
+        let cache_key = if sha256.is_empty() {
+            format!("version {version_id}")
+        } else {
+            sha256.to_owned()
         };
+        let cell = self
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cache_key)
+            .or_default()
+            .clone();
+        let module = cell
+            .get_or_try_init(|| self.fetch_module(hosting, key, version_id, sha256))
+            .await?
+            .clone();
         Ok(VersionRef {
-            account: account.into(),
-            script: script.into(),
+            key: key.clone(),
             version_id: version_id.into(),
             module,
         })
+    }
+
+    async fn fetch_module(
+        &self,
+        hosting: &Hosting,
+        key: &ScriptKey,
+        version_id: &str,
+        sha256: &str,
+    ) -> Result<Arc<edgeprof_sampler::Module>> {
+        let resp = self
+            .client
+            .clone()
+            .get_script_version(self.request(v1::GetScriptVersionRequest {
+                version_id: version_id.into(),
+            }))
+            .await
+            .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
+            .into_inner();
+        let actual = hex::encode(Sha256::digest(&resp.wasm));
+        let expected = [sha256, resp.wasm_sha256.as_str()];
+        if let Some(said) = expected.iter().find(|h| !h.is_empty() && **h != actual) {
+            bail!(
+                "version {version_id}: wasm bytes hash to {actual}, the control plane said {said}"
+            );
+        }
+        let runtime = hosting.runtime().clone();
+        let name = format!("{}.wasm", key.script);
+        let wasm = resp.wasm;
+        let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
+            .await
+            .context("module compilation panicked")?
+            .with_context(|| format!("version {version_id} of {key} does not compile"))?;
+        Ok(Arc::new(module))
     }
 
     /// Where Durable Object `namespace:object_id` lives (placing it here

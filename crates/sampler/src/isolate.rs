@@ -284,8 +284,12 @@ impl Isolate {
         let mut store = Store::new(&runtime.inner.engine, state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         if cfg.epoch_interruption {
-            // Far away until the first request sets it.
-            store.set_epoch_deadline(u64::MAX / 2);
+            // Start-up (the start function, `edgeprof_heap_seed`) is
+            // guest code like a request: it runs under the request CPU
+            // limit, so a module that loops while starting fails to start
+            // instead of holding its thread for ever.
+            store.data_mut().request_cpu_start = thread_cpu_nanos();
+            store.set_epoch_deadline(cfg.poll_ticks);
             store.epoch_deadline_callback(on_epoch_deadline);
         }
         store.call_hook(on_call_hook);
@@ -296,15 +300,24 @@ impl Isolate {
         };
         let mut linker = linker(runtime).map_err(instantiate_err)?;
         extra(&mut linker).map_err(instantiate_err)?;
-        let instance = linker
-            .instantiate(&mut store, &module.module)
-            .map_err(|e| match store.data().exceeded_memory {
-                Some(requested) => IsolateError::ExceededMemory {
+        // What a failed start-up call of guest code was: a limit, or `other`.
+        let start_err = |store: &Store<HostState>, other: IsolateError| {
+            if let Some(requested) = store.data().exceeded_memory {
+                IsolateError::ExceededMemory {
                     limit: limits.memory_bytes,
                     requested,
-                },
-                None => instantiate_err(e),
-            })?;
+                }
+            } else if store.data().cpu_exceeded {
+                IsolateError::ExceededCpu {
+                    limit: limits.cpu_per_request,
+                }
+            } else {
+                other
+            }
+        };
+        let instance = linker
+            .instantiate(&mut store, &module.module)
+            .map_err(|e| start_err(&store, instantiate_err(e)))?;
         let abi_err = |what: &str, e: wasmtime::Error| IsolateError::Abi {
             module: name.clone(),
             message: format!("{what}: {e:#}"),
@@ -330,7 +343,11 @@ impl Isolate {
             seed.typed::<i64, ()>(&store)
                 .map_err(|e| abi_err(SEED, e))?
                 .call(&mut store, heap_seed())
-                .map_err(|e| abi_err(SEED, e))?;
+                .map_err(|e| start_err(&store, abi_err(SEED, e)))?;
+        }
+        if cfg.epoch_interruption {
+            // Far away until the first request sets it.
+            store.set_epoch_deadline(u64::MAX / 2);
         }
         Ok(Isolate {
             store,

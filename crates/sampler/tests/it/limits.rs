@@ -99,3 +99,41 @@ fn a_module_without_the_abi_is_refused_with_the_missing_export() {
         "{err}"
     );
 }
+
+/// Regression test for issue 10: a start function (or `edgeprof_heap_seed`)
+/// that loops ran with no CPU deadline, so instantiating it never returned.
+#[test]
+fn start_up_that_loops_is_stopped_at_the_request_cpu_limit() {
+    let rt = runtime();
+    let limits = Limits {
+        cpu_per_request: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let forever = r#"(loop $l (call $spin (i32.const 1000)) (br $l))"#;
+    let handle = r#"(func (export "edgeprof_handle") (param i32 i32) (result i64) (i64.const 12))"#;
+    let cases = [
+        (
+            "start.wat",
+            format!("(func $start {forever}) (start $start) {handle}"),
+        ),
+        (
+            "seed.wat",
+            format!(r#"(func (export "edgeprof_heap_seed") (param i64) {forever}) {handle}"#),
+        ),
+    ];
+    for (name, body) in cases {
+        let m = load(&rt, name, &worker(&body));
+        let started = std::time::Instant::now();
+        let err = Isolate::new(&rt, &m, limits).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Exceeded CPU: the request ran past its CPU-time limit of 100ms",
+            "{name}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: stopped only after {:?}",
+            started.elapsed()
+        );
+    }
+}

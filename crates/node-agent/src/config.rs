@@ -34,9 +34,22 @@ pub struct Args {
     /// HTTP ingress listen address (port 0 = any free port).
     #[arg(long, env = "EDGEPROF_HTTP_LISTEN", default_value = "127.0.0.1:8081")]
     pub http_listen: SocketAddr,
+    /// Operator listener (`/metrics`, `/debug/pprof/profile`, `/healthz`);
+    /// keep it off the public network (port 0 = any free port).
+    #[arg(
+        long,
+        env = "EDGEPROF_OPERATOR_LISTEN",
+        default_value = "127.0.0.1:8082"
+    )]
+    pub operator_listen: SocketAddr,
     /// gRPC (NodeAgent) listen address (port 0 = any free port).
     #[arg(long, env = "EDGEPROF_GRPC_LISTEN", default_value = "127.0.0.1:9091")]
     pub grpc_listen: SocketAddr,
+    /// DNS zone worker hosts are under: `{script}.{account}.{zone}`
+    /// reaches a script (`*.localhost` resolves to loopback, so
+    /// `curl http://api.dev.localhost:8081/` works locally).
+    #[arg(long, env = "EDGEPROF_ZONE", default_value = "localhost")]
+    pub zone: String,
     /// Host name other machines and the control plane reach this one by.
     #[arg(long, env = "EDGEPROF_ADVERTISE_HOST", default_value = "127.0.0.1")]
     pub advertise_host: String,
@@ -89,8 +102,12 @@ pub struct Config {
     pub http_listen: SocketAddr,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
+    /// Operator listen address.
+    pub operator_listen: SocketAddr,
     /// Host others reach this machine by.
     pub advertise_host: String,
+    /// Zone of worker hosts, lowercase, no leading or trailing dot.
+    pub zone: String,
     /// Shared agent secret.
     pub agent_secret: String,
     /// Isolate linear-memory limit in bytes.
@@ -143,6 +160,20 @@ impl TryFrom<Args> for Config {
                 a.control_plane
             );
         }
+        let zone = a.zone.trim_matches('.').to_ascii_lowercase();
+        let zone_ok = !zone.is_empty()
+            && zone.len() <= 253
+            && zone.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !zone_ok {
+            bail!(
+                "--zone `{}`: must be a DNS name (labels of letters, digits and `-`, e.g. `localhost` or `edge.example.com`)",
+                a.zone
+            );
+        }
         if a.agent_secret.len() < 8 {
             bail!("--agent-secret: must be at least 8 characters");
         }
@@ -189,7 +220,9 @@ impl TryFrom<Args> for Config {
             control_plane: a.control_plane.trim_end_matches('/').to_owned(),
             http_listen: a.http_listen,
             grpc_listen: a.grpc_listen,
+            operator_listen: a.operator_listen,
             advertise_host: a.advertise_host,
+            zone,
             agent_secret: a.agent_secret,
             isolate_memory_bytes: a.isolate_memory_mib << 20,
             request_cpu_limit: Duration::from_millis(a.request_cpu_limit_ms),

@@ -892,10 +892,10 @@ fn serve_loop(
         let started = Instant::now();
         let result = isolate.handle(&request);
         // Logs are drained every request: the host keeps none between them.
-        let logs = isolate.take_logs();
+        let (logs, dropped) = isolate.take_logs();
         if !logs.is_empty() {
             let text = logs.join("\n");
-            tracing::debug!(isolate = %slot.id, script = %slot.key, lines = logs.len(), "worker log: {}", truncate(&text, LOGGED_WORKER_BYTES));
+            tracing::debug!(isolate = %slot.id, script = %slot.key, lines = logs.len(), dropped, "worker log: {}", truncate(&text, LOGGED_WORKER_BYTES));
         }
         let now_ms = unix_ms();
         slot.window

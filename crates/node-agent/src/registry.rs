@@ -23,15 +23,30 @@ use crate::hosting::{Hosting, ObjectKey, ScriptKey, Slot, VersionRef};
 /// callers wait for nothing.
 type ModuleCell = Arc<tokio::sync::OnceCell<Arc<edgeprof_sampler::Module>>>;
 
+/// Largest gRPC message the agent accepts from the control plane: a module
+/// up to the control plane's upload limit (64 MiB by default) plus its
+/// envelope (issue 10: tonic's default 4 MiB made valid modules unrunnable).
+pub const MAX_MESSAGE_BYTES: usize = 80 << 20;
+
+/// How long a module that failed to fetch or compile is refused before it
+/// is fetched again.
+pub const MODULE_FAILURE_TTL: Duration = Duration::from_secs(10);
+
+/// Most module failures remembered (past it, all are forgotten at once).
+const MAX_MODULE_FAILURES: usize = 1024;
+
+/// A name that is not in the deployment refetches the deployment at most
+/// this often, however many unknown names are asked for.
+pub const UNKNOWN_SCRIPT_REFRESH: Duration = Duration::from_secs(1);
+
 /// Most isolates reported in one heartbeat, so a message stays well under
 /// gRPC's 4 MiB default.
 pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 2000;
 
-/// A deployed script as this agent knows it.
+/// A deployed script as this agent knows it (by [`ScriptKey`]: its
+/// account and name).
 #[derive(Debug, Clone)]
 pub struct DeployedScript {
-    /// Owning account.
-    pub account: String,
     /// Versions with weights and module hashes.
     pub versions: Vec<v1::DeployedVersion>,
 }
@@ -43,8 +58,12 @@ pub struct Registry {
     /// This machine.
     pub machine: v1::Machine,
     generation: Mutex<u64>,
-    scripts: RwLock<HashMap<String, DeployedScript>>,
+    scripts: RwLock<HashMap<ScriptKey, DeployedScript>>,
     modules: Mutex<HashMap<String, ModuleCell>>,
+    /// Modules that failed to fetch or compile: cache key → (when, why).
+    module_failures: Mutex<HashMap<String, (Instant, String)>>,
+    /// Refreshes for unknown names, one at a time, and when the last ended.
+    unknown_refresh: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -64,12 +83,14 @@ impl Registry {
             .timeout(std::time::Duration::from_secs(10))
             .connect_lazy();
         Ok(Registry {
-            client: RegistryClient::new(channel),
+            client: RegistryClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES),
             secret,
             machine,
             generation: Mutex::new(u64::MAX),
             scripts: RwLock::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
+            module_failures: Mutex::new(HashMap::new()),
+            unknown_refresh: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -183,9 +204,11 @@ impl Registry {
             .into_iter()
             .map(|s| {
                 (
-                    s.script,
-                    DeployedScript {
+                    ScriptKey {
                         account: s.account,
+                        script: s.script,
+                    },
+                    DeployedScript {
                         versions: s.versions,
                     },
                 )
@@ -196,23 +219,34 @@ impl Registry {
         Ok(())
     }
 
-    /// The deployment entry of `script`, refreshing once if it is unknown.
-    pub async fn script(&self, script: &str) -> Result<Option<DeployedScript>> {
-        if let Some(s) = self
-            .scripts
+    fn known(&self, script: &ScriptKey) -> Option<DeployedScript> {
+        self.scripts
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(script)
-        {
-            return Ok(Some(s.clone()));
+            .cloned()
+    }
+
+    /// The deployment entry of `script`. An unknown one refetches the
+    /// deployment, but at most once per [`UNKNOWN_SCRIPT_REFRESH`] for all
+    /// unknown names together (issue 10: each request for an unknown name
+    /// cost one `GetDeployment`); a newly deployed script is also seen at
+    /// the next heartbeat.
+    pub async fn script(&self, script: &ScriptKey) -> Result<Option<DeployedScript>> {
+        if let Some(s) = self.known(script) {
+            return Ok(Some(s));
         }
-        self.refresh_deployment().await?;
-        Ok(self
-            .scripts
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(script)
-            .cloned())
+        let mut last = self.unknown_refresh.lock().await;
+        if let Some(s) = self.known(script) {
+            return Ok(Some(s));
+        }
+        if last.is_some_and(|t| t.elapsed() < UNKNOWN_SCRIPT_REFRESH) {
+            return Ok(None);
+        }
+        let refreshed = self.refresh_deployment().await;
+        *last = Some(Instant::now());
+        refreshed?;
+        Ok(self.known(script))
     }
 
     /// The compiled module of a version (fetched and compiled once per
@@ -234,18 +268,56 @@ impl Registry {
             .modules
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(cache_key)
+            .entry(cache_key.clone())
             .or_default()
             .clone();
-        let module = cell
-            .get_or_try_init(|| self.fetch_module(hosting, key, version_id, sha256))
-            .await?
-            .clone();
+        let module = match cell
+            .get_or_try_init(|| async {
+                // Also checked here: callers that waited on a fetch that
+                // failed would each fetch again otherwise.
+                self.recent_module_failure(&cache_key)?;
+                self.fetch_module(hosting, key, version_id, sha256).await
+            })
+            .await
+        {
+            Ok(m) => m.clone(),
+            Err(e) if e.is::<RecentFailure>() => return Err(e),
+            Err(e) => {
+                let why = crate::hosting::truncate(&format!("{e:#}"), 1024);
+                let mut failures = self
+                    .module_failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                failures.retain(|_, (at, _)| at.elapsed() < MODULE_FAILURE_TTL);
+                if failures.len() >= MAX_MODULE_FAILURES {
+                    failures.clear();
+                }
+                failures.insert(cache_key, (Instant::now(), why));
+                return Err(e);
+            }
+        };
         Ok(VersionRef {
             key: key.clone(),
             version_id: version_id.into(),
             module,
         })
+    }
+
+    /// Fails with the remembered cause if the module failed to fetch or
+    /// compile less than [`MODULE_FAILURE_TTL`] ago.
+    fn recent_module_failure(&self, cache_key: &str) -> Result<(), RecentFailure> {
+        let failures = self
+            .module_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match failures.get(cache_key) {
+            Some((at, why)) if at.elapsed() < MODULE_FAILURE_TTL => Err(RecentFailure(format!(
+                "{why} ({} s ago; fetched again {} s after that)",
+                at.elapsed().as_secs(),
+                MODULE_FAILURE_TTL.as_secs()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     async fn fetch_module(
@@ -317,6 +389,11 @@ impl Registry {
         Ok((resp.into_inner(), sent))
     }
 }
+
+/// A module failed to fetch or compile moments ago (not fetched again yet).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RecentFailure(String);
 
 /// gRPC metadata key with which the control plane says, in milliseconds,
 /// when a refused placement is worth asking for again.

@@ -195,7 +195,9 @@ fn main() -> Result<()> {
                 id
             }
         };
-        scripts.push(json!({"script": script, "version": id, "wasm": file}));
+        scripts.push(
+            json!({"script": script, "account": cluster.account, "version": id, "wasm": file}),
+        );
     }
     for s in scripts.iter_mut() {
         let script = s["script"].as_str().unwrap_or_default().to_owned();
@@ -279,6 +281,7 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
             .map(str::to_owned)
     };
     let counter = &counter_ids()[0];
+    let first_machine = &cluster.data_centers[0].machines[0];
     let mut c = vec![
         (
             "point the CLI at this edge",
@@ -286,6 +289,10 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
                 "export PATH=\"{bin}:$PATH\" EDGEPROF_URL={} EDGEPROF_TOKEN={} EDGEPROF_ACCOUNT={}",
                 cluster.url, cluster.token, cluster.account
             ),
+        ),
+        (
+            "one request to json-gateway, by its host {script}.{account}.localhost on the first machine",
+            format!("curl -fsS {}/", first_machine.worker_url("json-gateway", &cluster.account)),
         ),
         (
             "where json-gateway runs, per machine and version, with memory",

@@ -137,3 +137,51 @@ fn start_up_that_loops_is_stopped_at_the_request_cpu_limit() {
         );
     }
 }
+
+/// Regression test for issue 10: four memories of 120 MiB each got 514 MB
+/// of host RSS past a 128 MiB limit that each memory alone respected.
+#[test]
+fn a_module_with_more_than_one_memory_does_not_start() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "memories.wat",
+        r#"(module
+  (memory (export "memory") 1)
+  (memory $b 1920) (memory $c 1920) (memory $d 1920)
+  (func (export "edgeprof_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64) (i64.const 12)))"#,
+    );
+    let err = Isolate::new(&rt, &m, Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("memory count too high"), "{err}");
+}
+
+/// Regression test for issue 10: a worker logging 64 MiB a request grew the
+/// agent by 655 MB in 10 requests (the cap counted lines, not bytes, and
+/// logs were never drained).
+#[test]
+fn logs_are_bounded_in_bytes_and_per_request() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "loud.wat",
+        r#"(module
+  (import "edgeprof" "log" (func $log (param i32 i32)))
+  (memory (export "memory") 1100)
+  (data (i32.const 0) "\c8\00\00\00\00\00\00\00\00\00\00\00")
+  (func (export "edgeprof_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $log (i32.const 16) (i32.const 67108864))
+    (call $log (i32.const 16) (i32.const 16))
+    (i64.const 12)))"#,
+    );
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    for _ in 0..3 {
+        iso.handle(&Request::get("/")).unwrap();
+    }
+    // Only the last request's logs are held, and only MAX_LOG_BYTES of them.
+    let (lines, dropped) = iso.take_logs();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].len(), edgeprof_sampler::MAX_LOG_BYTES);
+    assert_eq!(dropped, 2, "the cut line and the one after it");
+}

@@ -199,7 +199,7 @@ impl Registry {
             .await
             .map_err(|s| anyhow!("get deployment: {}", s.message()))?
             .into_inner();
-        let scripts = resp
+        let scripts: HashMap<ScriptKey, DeployedScript> = resp
             .scripts
             .into_iter()
             .map(|s| {
@@ -214,6 +214,17 @@ impl Registry {
                 )
             })
             .collect();
+        // Compiled modules no deployed version uses any more are dropped
+        // (live isolates keep theirs): the table stays as large as the
+        // deployment, not as everything ever deployed.
+        let deployed: std::collections::HashSet<&str> = scripts
+            .values()
+            .flat_map(|d| d.versions.iter().map(|v| v.wasm_sha256.as_str()))
+            .collect();
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|hash, cell| deployed.contains(hash.as_str()) || !cell.initialized());
         *self.scripts.write().unwrap_or_else(|e| e.into_inner()) = scripts;
         *self.generation.lock().unwrap_or_else(|e| e.into_inner()) = resp.generation;
         Ok(())

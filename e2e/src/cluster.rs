@@ -527,14 +527,36 @@ impl Cluster {
     /// Waits until each script has an isolate with recent requests, i.e.
     /// until a capture of it can find targets.
     pub fn wait_serving(&self, scripts: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_targets(scripts, timeout, false)
+    }
+
+    /// Waits until each script has an isolate with recent requests on
+    /// every machine (what `edgeprof targets` then lists for it).
+    pub fn wait_serving_everywhere(&self, scripts: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_targets(scripts, timeout, true)
+    }
+
+    fn wait_targets(&self, scripts: &[&str], timeout: Duration, everywhere: bool) -> Result<()> {
+        let all: std::collections::BTreeSet<&str> =
+            self.machines().map(|(_, m)| m.id.as_str()).collect();
         let start = Instant::now();
         let mut waiting: Vec<&str> = scripts.to_vec();
         while !waiting.is_empty() {
             waiting.retain(|script| {
-                self.get_json(&format!("/scripts/{script}/targets"))
-                    .ok()
-                    .and_then(|d| d["targets"].as_array().map(Vec::is_empty))
-                    .unwrap_or(true)
+                let Ok(doc) = self.get_json(&format!("/scripts/{script}/targets")) else {
+                    return true;
+                };
+                let serving: std::collections::BTreeSet<&str> = doc["targets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t["machine"].as_str())
+                    .collect();
+                if everywhere {
+                    !all.iter().all(|m| serving.contains(m))
+                } else {
+                    serving.is_empty()
+                }
             });
             if waiting.is_empty() {
                 break;

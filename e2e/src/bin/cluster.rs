@@ -226,7 +226,17 @@ fn main() -> Result<()> {
 
     if traffic.is_some() {
         eprintln!("edgeprof-cluster: waiting until every script serves traffic…");
-        if let Err(e) = cluster.wait_serving(&args.mix.scripts(), Duration::from_secs(90)) {
+        // A script on every machine (the printed `edgeprof targets` lists
+        // them all); a Durable Object's script where its objects live.
+        let (objects, scripts): (Vec<&str>, Vec<&str>) = args
+            .mix
+            .scripts()
+            .into_iter()
+            .partition(|s| *s == "counter-object");
+        let waited = cluster
+            .wait_serving_everywhere(&scripts, Duration::from_secs(90))
+            .and_then(|()| cluster.wait_serving(&objects, Duration::from_secs(90)));
+        if let Err(e) = waited {
             eprintln!(
                 "edgeprof-cluster: warning: {e:#}; captures may answer \"no recent executions\" for a while"
             );

@@ -12,8 +12,9 @@ use wasmtime::{
 };
 
 use crate::cputime::thread_cpu_nanos;
-use crate::profiler::{ProfilerHandle, ProfilerShared, RawFrame, STATE_CPU, SamplerLimits, Stack};
+use crate::profiler::{ProfilerHandle, ProfilerShared, RawFrame, SamplerLimits};
 use crate::runtime::{EvictionReason, Module, Runtime};
+use crate::sampling::{CpuSampler, Tick};
 
 /// Per-isolate limits.
 #[derive(Debug, Clone, Copy)]
@@ -82,17 +83,6 @@ pub enum IsolateError {
     BadResponse(String),
 }
 
-/// A host call in progress while a CPU capture runs (set by the call hook).
-struct HostCall {
-    generation: u64,
-    /// Thread CPU time when wasm called out: the `[host]` sample's weight is
-    /// the CPU used from here to the return, never the wall time.
-    cpu_at_call: u64,
-    /// Set by our imports (not by Wasmtime's libcalls): the import's name
-    /// and the calling wasm stack.
-    import: Option<(&'static str, Vec<RawFrame>, bool)>,
-}
-
 pub(crate) struct HostState {
     memory_limit: usize,
     exceeded_memory: Option<usize>,
@@ -100,13 +90,8 @@ pub(crate) struct HostState {
     request_cpu_start: u64,
     cpu_exceeded: bool,
     prof: Arc<ProfilerShared>,
-    seen_generation: u64,
-    last_cpu: u64,
-    /// CPU used since the last sample by earlier calls (see `enter_wasm`).
-    carry_cpu: u64,
-    host_call: Option<HostCall>,
+    sampler: CpuSampler,
     max_frames: usize,
-    poll_ticks: u64,
     logs: Vec<String>,
     /// Bytes in `logs`.
     log_bytes: usize,
@@ -158,12 +143,18 @@ pub const MAX_TABLES: usize = 4;
 /// See [`MAX_TABLES`].
 pub const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
-/// Frames of the wasm stack, leaf first, cut at `max_frames`.
-fn capture_stack(ctx: impl AsContext, max_frames: usize) -> (Vec<RawFrame>, bool) {
+/// Frames of the wasm stack, leaf first, cut at `max_frames`, under
+/// `leaf` if given.
+fn capture_stack(
+    ctx: impl AsContext,
+    max_frames: usize,
+    leaf: Option<RawFrame>,
+) -> (Vec<RawFrame>, bool) {
     let bt = WasmBacktrace::capture(ctx);
     let frames = bt.frames();
     let truncated = frames.len() >= max_frames;
-    let mut stack: Vec<RawFrame> = Vec::with_capacity(frames.len() + 1);
+    let mut stack: Vec<RawFrame> = Vec::with_capacity(frames.len() + 2);
+    stack.extend(leaf);
     stack.extend(frames.iter().map(|f| RawFrame::Wasm {
         func: f.func_index(),
         offset: f.module_offset().unwrap_or(0) as u32,
@@ -211,17 +202,10 @@ impl std::fmt::Debug for Isolate {
     }
 }
 
-/// Called first by every import: while a CPU capture runs, records which
-/// import this host call is and the wasm stack that called it.
-fn enter_import(caller: &mut Caller<'_, HostState>, name: &'static str) {
-    if caller.data().host_call.is_none() {
-        return;
-    }
-    let max = caller.data().max_frames;
-    let (stack, truncated) = capture_stack(&*caller, max);
-    if let Some(call) = caller.data_mut().host_call.as_mut() {
-        call.import = Some((name, stack, truncated));
-    }
+/// Called first by every import: names the host call, in case a sample
+/// falls in it (see `on_call_hook`). One store, no clock.
+pub(crate) fn enter_import(caller: &mut Caller<'_, HostState>, name: &'static str) {
+    caller.data_mut().sampler.import = Some(name);
 }
 
 fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
@@ -263,7 +247,7 @@ fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
         |mut caller: Caller<'_, HostState>, ptr: i32, size: i32| {
             enter_import(&mut caller, "edgeprof.heap_alloc");
             let max = caller.data().max_frames;
-            let (stack, truncated) = capture_stack(&caller, max);
+            let (stack, truncated) = capture_stack(&caller, max, None);
             caller.data().prof.record_alloc(
                 ptr as u32,
                 u64::from(size as u32),
@@ -310,12 +294,12 @@ impl Isolate {
             request_cpu_start: 0,
             cpu_exceeded: false,
             prof: prof.clone(),
-            seen_generation: 0,
-            last_cpu: 0,
-            carry_cpu: 0,
-            host_call: None,
+            sampler: CpuSampler::new(
+                runtime.inner.ticks.clone(),
+                cfg.tick.as_nanos() as u64,
+                cfg.poll_ticks,
+            ),
             max_frames: cfg.max_frames,
-            poll_ticks: cfg.poll_ticks,
             logs: Vec::new(),
             log_bytes: 0,
             logs_dropped: 0,
@@ -415,32 +399,17 @@ impl Isolate {
         self.profiler.shared.record_request();
         // Logs are per request: whatever the embedder did not take is gone.
         self.clear_logs();
+        // The request's whole cost (its encoding, the response's decoding)
+        // counts as the isolate's CPU.
+        self.begin_request();
+        let response = self.serve(request);
+        self.end_request();
+        response
+    }
+
+    fn serve(&mut self, request: &Request) -> Result<Response, IsolateError> {
         let bytes = request.encode();
-        self.enter_wasm(true);
-        let len = i32::try_from(bytes.len()).map_err(|_| {
-            IsolateError::BadResponse(format!("request of {} bytes exceeds 2 GiB", bytes.len()))
-        })?;
-        let ptr = self.alloc.call(&mut self.store, len);
-        self.leave_wasm();
-        let ptr = match ptr {
-            Ok(p) => p,
-            Err(e) => return Err(self.fail(e)),
-        };
-        self.memory
-            .write(&mut self.store, ptr as u32 as usize, &bytes)
-            .map_err(|_| {
-                IsolateError::BadResponse(format!(
-                    "edgeprof_alloc({len}) returned {ptr:#x}, outside linear memory"
-                ))
-            })?;
-        self.enter_wasm(false);
-        let packed = self.handler.call(&mut self.store, (ptr, len));
-        self.leave_wasm();
-        let packed = match packed {
-            Ok(p) => p as u64,
-            Err(e) => return Err(self.fail(e)),
-        };
-        let (rptr, rlen) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        let (rptr, rlen) = self.call_guest(&bytes)?;
         let data = self.memory.data(&self.store);
         let body = data.get(rptr..rptr.saturating_add(rlen)).ok_or_else(|| {
             IsolateError::BadResponse(format!(
@@ -451,46 +420,49 @@ impl Isolate {
         Response::decode(body).map_err(|e| IsolateError::BadResponse(e.to_string()))
     }
 
-    /// Before a call into wasm. Samples are due every `interval` of the
-    /// isolate's own CPU time, across requests: the CPU a call used after its
-    /// last sample is carried into the next call (and its deadline shortened
-    /// to match), so requests shorter than the interval are sampled as often
-    /// as their CPU share says, not never.
-    fn enter_wasm(&mut self, new_request: bool) {
-        let now = thread_cpu_nanos();
-        let tick_ns = self.runtime.inner.config.tick.as_nanos() as u64;
-        let st = self.store.data_mut();
-        if new_request {
-            st.request_cpu_start = now;
-        }
-        let (state, generation, ticks) = st.prof.snapshot();
-        let deadline = if state != STATE_CPU {
-            st.poll_ticks
-        } else if st.seen_generation == generation {
-            st.last_cpu = now.saturating_sub(st.carry_cpu);
-            let remaining = (ticks * tick_ns).saturating_sub(st.carry_cpu);
-            remaining.div_ceil(tick_ns).max(1)
-        } else {
-            st.seen_generation = generation;
-            st.last_cpu = now;
-            ticks
+    /// Places the request and runs the handler: the response's location.
+    fn call_guest(&mut self, bytes: &[u8]) -> Result<(usize, usize), IsolateError> {
+        let len = i32::try_from(bytes.len()).map_err(|_| {
+            IsolateError::BadResponse(format!("request of {} bytes exceeds 2 GiB", bytes.len()))
+        })?;
+        let ptr = self.alloc.call(&mut self.store, len);
+        let ptr = match ptr {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(e)),
         };
-        st.carry_cpu = 0;
+        self.memory
+            .write(&mut self.store, ptr as u32 as usize, bytes)
+            .map_err(|_| {
+                IsolateError::BadResponse(format!(
+                    "edgeprof_alloc({len}) returned {ptr:#x}, outside linear memory"
+                ))
+            })?;
+        let packed = match self.handler.call(&mut self.store, (ptr, len)) {
+            Ok(p) => p as u64,
+            Err(e) => return Err(self.fail(e)),
+        };
+        Ok(((packed >> 32) as usize, (packed & 0xffff_ffff) as usize))
+    }
+
+    /// Before the request's first call into wasm: the CPU limit's base and
+    /// the sampler's deadline (see `sampling`), from one clock read.
+    fn begin_request(&mut self) {
+        let now = thread_cpu_nanos();
+        let st = self.store.data_mut();
+        st.request_cpu_start = now;
+        let deadline = st.sampler.begin_request(&st.prof, now);
         if self.runtime.inner.config.epoch_interruption {
             self.store.set_epoch_deadline(deadline);
         }
     }
 
-    /// After a call into wasm: keep the CPU not yet sampled for the next call.
-    fn leave_wasm(&mut self) {
-        let now = thread_cpu_nanos();
+    /// After the request's last call into wasm: while a CPU capture runs,
+    /// keep the CPU not yet sampled for the next request.
+    fn end_request(&mut self) {
         let st = self.store.data_mut();
-        let (state, generation, _) = st.prof.snapshot();
-        st.carry_cpu = if state == STATE_CPU && st.seen_generation == generation {
-            now.saturating_sub(st.last_cpu)
-        } else {
-            0
-        };
+        if st.sampler.counting(&st.prof) {
+            st.sampler.end_request();
+        }
     }
 
     fn fail(&mut self, e: wasmtime::Error) -> IsolateError {
@@ -571,78 +543,60 @@ fn on_epoch_deadline(
         st.cpu_exceeded = true;
         return Ok(UpdateDeadline::Interrupt);
     }
-    let (state, generation, ticks) = st.prof.snapshot();
-    if state != STATE_CPU {
-        return Ok(UpdateDeadline::Continue(st.poll_ticks));
+    let next = sample(&mut ctx, now, None);
+    Ok(UpdateDeadline::Continue(next))
+}
+
+/// A tick was noticed at thread CPU `now`, in wasm or (`import`) on the
+/// return of a host import: records a sample if one is due. Returns the
+/// ticks until the next check.
+fn sample(
+    ctx: &mut wasmtime::StoreContextMut<'_, HostState>,
+    now: u64,
+    import: Option<&'static str>,
+) -> u64 {
+    let st = ctx.data_mut();
+    match st.sampler.tick(&st.prof, now) {
+        Tick::Wait(next) => next,
+        Tick::Sample {
+            generation,
+            weight,
+            next,
+        } => {
+            let started = std::time::Instant::now();
+            let max = st.max_frames;
+            let (stack, truncated) = capture_stack(&*ctx, max, import.map(RawFrame::Host));
+            ctx.data().prof.record_cpu(
+                generation,
+                stack.into_boxed_slice(),
+                weight,
+                truncated,
+                started,
+            );
+            next
+        }
     }
-    if st.seen_generation != generation {
-        // A capture started during this request: count from now.
-        st.seen_generation = generation;
-        st.last_cpu = now;
-        return Ok(UpdateDeadline::Continue(ticks));
-    }
-    let weight = now.saturating_sub(st.last_cpu);
-    st.last_cpu = now;
-    let max = st.max_frames;
-    let (stack, truncated) = capture_stack(&ctx, max);
-    let stack: Stack = stack.into_boxed_slice();
-    ctx.data()
-        .prof
-        .record_cpu(generation, stack, weight, truncated);
-    Ok(UpdateDeadline::Continue(ticks))
 }
 
 fn on_call_hook(
     mut ctx: wasmtime::StoreContextMut<'_, HostState>,
     hook: CallHook,
 ) -> wasmtime::Result<()> {
-    match hook {
-        CallHook::CallingHost => {
-            // Also fires for Wasmtime's own libcalls (the epoch callback,
-            // memory.grow); only our imports fill in `import`, so only they
-            // become `[host]` samples. Cheap: one clock read here, two on return.
-            let st = ctx.data_mut();
-            let (state, generation, _) = st.prof.snapshot();
-            if state != STATE_CPU || st.seen_generation != generation {
-                return Ok(());
-            }
-            st.host_call = Some(HostCall {
-                generation,
-                cpu_at_call: thread_cpu_nanos(),
-                import: None,
-            });
-        }
-        CallHook::ReturningFromHost => {
-            let st = ctx.data_mut();
-            let Some(call) = st.host_call.take() else {
-                return Ok(());
-            };
-            let Some((name, wasm_stack, truncated)) = call.import else {
-                return Ok(());
-            };
-            // The import's own CPU time, not its wall time: a host call
-            // that blocks (or a thread the OS preempts) uses no CPU, and the
-            // `cpu` values must stay one clock (issue 6: wall time here
-            // inflated `[host] edgeprof.heap_alloc` under load).
-            let host_cpu = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
-            let mut stack = Vec::with_capacity(wasm_stack.len() + 1);
-            stack.push(RawFrame::Host(name));
-            stack.extend(wasm_stack);
-            st.prof.record_cpu(
-                call.generation,
-                stack.into_boxed_slice(),
-                host_cpu,
-                truncated,
-            );
-            // The wasm CPU time before the call stays for the next tick's
-            // sample (attributing it here would bias towards call sites);
-            // the host call's CPU time, and this bookkeeping's, is not wasm
-            // time.
-            let spent = thread_cpu_nanos().saturating_sub(call.cpu_at_call);
-            st.last_cpu = st.last_cpu.saturating_add(spent);
-        }
-        _ => {}
+    // Only the return of one of our imports matters (Wasmtime's libcalls,
+    // the epoch callback among them, set no import name): wasm's own epoch
+    // checks notice the ticks that land anywhere else.
+    if !matches!(hook, CallHook::ReturningFromHost) {
+        return Ok(());
     }
+    let st = ctx.data_mut();
+    let Some(import) = st.sampler.import.take() else {
+        return Ok(());
+    };
+    if !st.sampler.due() {
+        return Ok(());
+    }
+    let next = sample(&mut ctx, thread_cpu_nanos(), Some(import));
+    ctx.set_epoch_deadline(next);
     Ok(())
 }
 
@@ -650,7 +604,6 @@ fn on_call_hook(
 mod tests {
     use super::*;
     use crate::{ProfileKind, RuntimeConfig};
-    use edgeprof_pprof::{SampleIndex, TopOptions};
 
     /// Regression test for issue 6: `[host]` leaves carried the import's
     /// *wall* time while wasm frames carry thread CPU time, so a host call
@@ -703,30 +656,17 @@ mod tests {
         assert_eq!(iso.handle(&Request::get("/")).unwrap().status, 200);
         let thread_cpu = thread_cpu_nanos() - cpu_before;
         let cap = prof.stop().unwrap();
-        let top = edgeprof_pprof::top(
-            &cap.profile,
-            &TopOptions {
-                sample_index: Some(SampleIndex::Name("cpu".into())),
-                node_fraction: 0.0,
-                ..TopOptions::default()
-            },
-        )
-        .unwrap();
+        let top = crate::sampling::tests::cpu_top(&cap.profile);
         let row = |f: &str| top.rows.iter().find(|r| r.function == f);
-        let host = row("[host] test.sleep").unwrap_or_else(|| panic!("{:?}", top.rows));
+        // Host time is sampled: a tick that lands in a sleep finds (almost)
+        // no CPU since the previous sample and waits for more, so the sleeps
+        // get at most one sample, weighing the little CPU before it.
+        let host = row("[host] test.sleep").map_or(0, |r| r.flat);
         let blocked_wall = (SLEEP_MS * CALLS * 1_000_000) as i64;
-        // Sleeping uses no CPU; what is left is the call's bookkeeping.
         assert!(
-            host.flat * 20 < blocked_wall,
-            "[host] test.sleep has {} ns of cpu for {blocked_wall} ns blocked",
-            host.flat
+            host * 20 < blocked_wall,
+            "[host] test.sleep has {host} ns of cpu for {blocked_wall} ns blocked"
         );
-        let under_blocked = cap.profile.sample.iter().any(|s| {
-            let frames = edgeprof_pprof::stack_frames(&cap.profile, s);
-            frames.first().map(|f| f.function) == Some("[host] test.sleep")
-                && frames.get(1).map(|f| f.function) == Some("blocked")
-        });
-        assert!(under_blocked, "the host leaf hangs under its caller");
         // The profile's CPU is the thread's CPU: nothing added for the sleep.
         assert!(
             top.total <= thread_cpu as i64 && top.total as f64 >= 0.8 * thread_cpu as f64,

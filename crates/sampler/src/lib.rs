@@ -57,6 +57,7 @@ mod cputime;
 mod isolate;
 mod profiler;
 mod runtime;
+mod sampling;
 mod symbols;
 
 pub use edgeprof_guest_sdk::{Request, Response};

@@ -112,6 +112,8 @@ struct Capture {
     requests: u64,
     /// Frames in the keys of `cpu`.
     frames: usize,
+    /// Time the CPU sample path took, stack capture to insert.
+    sample_nanos: u64,
 }
 
 #[derive(Debug, Default)]
@@ -166,6 +168,10 @@ impl ProfilerShared {
     /// The sample path's lock: the time it waited is recorded so tests (and
     /// operators) can see the bound hold.
     fn lock_for_sample(&self) -> MutexGuard<'_, Buffers> {
+        // Uncontended (all but a start or stop): no clock read.
+        if let Ok(guard) = self.buffers.try_lock() {
+            return guard;
+        }
         let t = Instant::now();
         let guard = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
         let waited = t.elapsed().as_nanos() as u64;
@@ -179,13 +185,25 @@ impl ProfilerShared {
     }
 
     /// Records a CPU sample of `nanos` for `stack` if capture `generation`
-    /// is still the active CPU capture.
-    pub(crate) fn record_cpu(&self, generation: u64, stack: Stack, nanos: u64, truncated: bool) {
+    /// is still the active CPU capture; the sample path began at `started`.
+    pub(crate) fn record_cpu(
+        &self,
+        generation: u64,
+        stack: Stack,
+        nanos: u64,
+        truncated: bool,
+        started: Instant,
+    ) {
         let mut b = self.lock_for_sample();
         let c = &mut b.capture;
         if c.kind != Some(ProfileKind::Cpu) || c.generation != generation {
             return;
         }
+        self.insert_cpu(c, stack, nanos, truncated);
+        c.sample_nanos += started.elapsed().as_nanos() as u64;
+    }
+
+    fn insert_cpu(&self, c: &mut Capture, stack: Stack, nanos: u64, truncated: bool) {
         if c.samples >= self.limits.max_samples {
             c.dropped += 1;
             return;
@@ -327,6 +345,9 @@ pub struct CaptureResult {
     /// Requests that began on the isolate while the capture ran (failed
     /// ones included): the denominator of "CPU (or bytes) per request".
     pub requests: u64,
+    /// Time the isolate spent taking CPU samples (capturing the stack and
+    /// recording it), over `samples` this is the cost of one.
+    pub sample_time: Duration,
 }
 
 /// Starts and stops captures on one isolate from any thread. Cheap to
@@ -521,6 +542,7 @@ impl ProfilerHandle {
             dropped: capture.dropped,
             truncated: capture.truncated,
             requests: capture.requests,
+            sample_time: Duration::from_nanos(capture.sample_nanos),
         }
     }
 }
@@ -649,9 +671,9 @@ mod tests {
             b.capture.kind = Some(ProfileKind::Cpu);
             b.capture.generation = 1;
         }
-        shared.record_cpu(1, stack(1, 6), 1, false);
-        shared.record_cpu(1, stack(2, 6), 1, false);
-        shared.record_cpu(1, stack(1, 6), 1, false);
+        shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
+        shared.record_cpu(1, stack(2, 6), 1, false, Instant::now());
+        shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
         shared.record_alloc(8, 16, stack(3, 6), false);
         shared.record_alloc(16, 16, stack(4, 6), false);
         let b = shared.lock();

@@ -150,6 +150,11 @@ pub(crate) struct RuntimeInner {
     pub engine: wasmtime::Engine,
     pub config: RuntimeConfig,
     pub evictions: EvictionCounters,
+    /// Ticks the ticker has made, mirroring the engine's epoch (which
+    /// Wasmtime does not expose): a host call compares it with the tick its
+    /// isolate's next sample is due at, an atomic load instead of a clock
+    /// read.
+    pub ticks: Arc<AtomicU64>,
     modules: Mutex<FxHashMap<String, Module>>,
     stop: Arc<AtomicBool>,
     ticker: Mutex<Option<JoinHandle<()>>>,
@@ -204,19 +209,15 @@ impl Runtime {
         c.wasm_backtrace_max_frames(Some(max_frames));
         let engine = wasmtime::Engine::new(&c).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let stop = Arc::new(AtomicBool::new(false));
+        let ticks = Arc::new(AtomicU64::new(0));
         let ticker = if config.epoch_interruption {
             let engine = engine.clone();
-            let stop = stop.clone();
+            let (stop, ticks) = (stop.clone(), ticks.clone());
             let tick = config.tick;
             Some(
                 std::thread::Builder::new()
                     .name("edgeprof-epoch".into())
-                    .spawn(move || {
-                        while !stop.load(Ordering::Relaxed) {
-                            std::thread::park_timeout(tick);
-                            engine.increment_epoch();
-                        }
-                    })
+                    .spawn(move || run_ticker(&engine, tick, &stop, &ticks))
                     .map_err(|e| LoadError::Engine(format!("spawning the epoch ticker: {e}")))?,
             )
         } else {
@@ -227,6 +228,7 @@ impl Runtime {
                 engine,
                 config,
                 evictions: EvictionCounters::default(),
+                ticks,
                 modules: Mutex::new(FxHashMap::default()),
                 stop,
                 ticker: Mutex::new(ticker),
@@ -284,6 +286,28 @@ impl Runtime {
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+}
+
+/// Ticks on an absolute schedule (`start + n * tick`): sleeping `tick`
+/// after each increment ran ~6 % slow (timer slack and wake-up latency add
+/// up), and the profile's sample count is measured against the interval.
+/// After a stall longer than a tick it resumes from now rather than
+/// catching up in a burst.
+fn run_ticker(engine: &wasmtime::Engine, tick: Duration, stop: &AtomicBool, ticks: &AtomicU64) {
+    let mut next = std::time::Instant::now() + tick;
+    while !stop.load(Ordering::Relaxed) {
+        let now = std::time::Instant::now();
+        if now < next {
+            std::thread::park_timeout(next - now);
+            continue;
+        }
+        engine.increment_epoch();
+        ticks.fetch_add(1, Ordering::Release);
+        next += tick;
+        if next <= now {
+            next = now + tick;
+        }
     }
 }
 

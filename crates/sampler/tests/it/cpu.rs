@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use edgeprof_sampler::{Isolate, Limits, ProfileKind, Request, Runtime, RuntimeConfig};
 
-use crate::support::{flat, go_pprof_top, load, runtime, top, worker};
+use crate::support::{example_wat, flat, go_pprof_top, load, runtime, thread_cpu, top, worker};
 
 /// 75 % of the work in `split_heavy`, 25 % in `split_light`, by
 /// construction: the same loop, 8 calls of 15 M iterations against 4 calls
@@ -250,14 +250,8 @@ fn leb(out: &mut Vec<u8>, mut v: u32) {
 
 #[test]
 fn the_example_wat_worker_splits_75_25_between_hot_and_cold() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../e2e/workers/wat/spin.wat"
-    );
     let rt = runtime();
-    let m = rt
-        .load_module("spin.wat", &std::fs::read(path).unwrap())
-        .unwrap();
+    let m = example_wat(&rt, "spin.wat");
     let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
     let prof = iso.profiler();
     prof.start(ProfileKind::Cpu, Duration::from_millis(1))
@@ -304,4 +298,41 @@ fn a_capture_counts_the_requests_that_began_while_it_ran() {
     let heap = prof.stop().unwrap();
     serve(1);
     assert_eq!((cpu.requests, heap.requests), (7, 4));
+}
+
+/// Regression test for issue 12: a profiled isolate took a stack sample on
+/// every host call, so a worker making 100 k host calls per request got
+/// 100 k samples per request at any rate. Samples follow the interval:
+/// about the CPU used over the interval, at both rates.
+#[test]
+fn samples_follow_the_interval_not_the_number_of_host_calls() {
+    let rt = runtime();
+    let m = example_wat(&rt, "host-calls.wat");
+    for interval_ms in [1, 10] {
+        let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+        let prof = iso.profiler();
+        let interval = Duration::from_millis(interval_ms);
+        prof.start(ProfileKind::Cpu, interval).unwrap();
+        let cpu_before = thread_cpu();
+        let mut requests = 0u64;
+        while thread_cpu() - cpu_before < Duration::from_millis(600) || requests < 2 {
+            assert_eq!(iso.handle(&Request::get("/")).unwrap().status, 200);
+            requests += 1;
+        }
+        let cpu = thread_cpu() - cpu_before;
+        let cap = prof.stop().unwrap();
+        let expected = cpu.as_secs_f64() / interval.as_secs_f64();
+        let host_calls = requests * 100_000;
+        assert!(
+            (cap.samples as f64 - expected).abs() <= 0.2 * expected + 2.0,
+            "{} samples at {interval:?} over {cpu:?} of CPU ({expected:.0} expected) and {host_calls} host calls",
+            cap.samples
+        );
+        let rows = top(&cap.profile, "cpu");
+        let total: i64 = rows.iter().map(|r| r.1).sum();
+        assert!(
+            flat(&rows, "[host] edgeprof.log") > total / 10,
+            "the host calls are sampled too: {rows:?}"
+        );
+    }
 }

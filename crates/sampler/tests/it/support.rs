@@ -31,6 +31,15 @@ pub fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig::default()).expect("runtime")
 }
 
+/// One of the example WAT workers of `e2e/workers/wat/`.
+pub fn example_wat(rt: &Runtime, name: &str) -> Module {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../e2e/workers/wat")
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    rt.load_module(name, &bytes).expect("module loads")
+}
+
 pub fn load(rt: &Runtime, name: &str, wat: &str) -> Module {
     rt.load_module(name, wat.as_bytes()).expect("module loads")
 }
@@ -83,4 +92,16 @@ pub fn go_pprof_top(p: &Profile) -> Option<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// This thread's CPU time, from `/proc/thread-self/schedstat` (the clock
+/// the sampler weighs samples with).
+pub fn thread_cpu() -> std::time::Duration {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    let ns: u64 = s
+        .split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .expect("schedstat's first field is the CPU time in ns");
+    std::time::Duration::from_nanos(ns)
 }

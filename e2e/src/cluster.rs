@@ -30,6 +30,8 @@ pub struct ClusterOptions {
     pub durable_object_lease: Option<Duration>,
     /// Remove the state directory first.
     pub fresh: bool,
+    /// Further flags for every node agent (e.g. tighter limits).
+    pub agent_args: Vec<String>,
 }
 
 impl ClusterOptions {
@@ -44,6 +46,7 @@ impl ClusterOptions {
             heartbeat: Duration::from_millis(1000),
             durable_object_lease: None,
             fresh: true,
+            agent_args: Vec::new(),
         }
     }
 }
@@ -62,6 +65,12 @@ pub fn default_bin_dir() -> PathBuf {
     dir
 }
 
+/// The host name of `script` of `account` on the local edge (agents run
+/// with the default `--zone localhost`).
+pub fn worker_host(script: &str, account: &str) -> String {
+    format!("{script}.{account}.localhost")
+}
+
 /// One agent as the cluster knows it.
 #[derive(Debug, Clone)]
 pub struct MachineInfo {
@@ -71,6 +80,32 @@ pub struct MachineInfo {
     pub http: String,
     /// gRPC URL.
     pub grpc: String,
+    /// Operator endpoints' base URL (`/metrics`, `/debug/pprof/profile`).
+    pub operator: String,
+}
+
+impl MachineInfo {
+    /// `http://{script}.{account}.localhost:PORT`: what a user types
+    /// (`curl` resolves `*.localhost` to loopback by itself).
+    pub fn worker_url(&self, script: &str, account: &str) -> String {
+        let port = self.http.rsplit_once(':').map_or("", |(_, p)| p);
+        format!("http://{}:{port}", worker_host(script, account))
+    }
+
+    /// A request for `path` of `script` of `account` through this machine,
+    /// sent to its address with the script's host (no DNS needed).
+    pub fn worker_request(
+        &self,
+        client: &reqwest::blocking::Client,
+        method: reqwest::Method,
+        script: &str,
+        account: &str,
+        path: &str,
+    ) -> reqwest::blocking::RequestBuilder {
+        client
+            .request(method, format!("{}{path}", self.http))
+            .header("host", worker_host(script, account))
+    }
 }
 
 /// One data center.
@@ -313,6 +348,8 @@ impl Cluster {
                 "127.0.0.1:0",
                 "--grpc-listen",
                 "127.0.0.1:0",
+                "--operator-listen",
+                "127.0.0.1:0",
             ])
             .args(["--agent-secret", &self.agent_secret])
             .args([
@@ -320,7 +357,8 @@ impl Cluster {
                 &self.options.heartbeat.as_millis().to_string(),
             ])
             .arg("--ready-file")
-            .arg(&ready);
+            .arg(&ready)
+            .args(&self.options.agent_args);
         let mut proc = self.spawn(id, cmd)?;
         let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
         self.procs.push(proc);
@@ -328,6 +366,7 @@ impl Cluster {
             id: id.to_owned(),
             http: info["http"].as_str().unwrap_or_default().to_owned(),
             grpc: info["grpc"].as_str().unwrap_or_default().to_owned(),
+            operator: info["operator"].as_str().unwrap_or_default().to_owned(),
         })
     }
 
@@ -380,6 +419,31 @@ impl Cluster {
         self.data_centers
             .iter()
             .flat_map(|d| d.machines.iter().map(move |m| (d.code.as_str(), m)))
+    }
+
+    /// Creates account `account` with a token of its own (through the
+    /// control plane's `token create`, on the same database); returns the token.
+    pub fn add_account(&self, account: &str) -> Result<String> {
+        let out = Command::new(self.options.bin_dir.join("edgeprof-control-plane"))
+            .args(["token", "create", "--account", account, "--database"])
+            .arg(self.options.state_dir.join("edgeprof.sqlite"))
+            .output()
+            .context("cannot run edgeprof-control-plane token create")?;
+        if !out.status.success() {
+            bail!(
+                "token create --account {account}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The process id of agent `machine_id`.
+    pub fn agent_pid(&self, machine_id: &str) -> Option<u32> {
+        self.procs
+            .iter()
+            .find(|p| p.name == machine_id)
+            .map(|p| p.child.id())
     }
 
     /// The `edgeprof` CLI, pointed at this cluster.
@@ -463,14 +527,36 @@ impl Cluster {
     /// Waits until each script has an isolate with recent requests, i.e.
     /// until a capture of it can find targets.
     pub fn wait_serving(&self, scripts: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_targets(scripts, timeout, false)
+    }
+
+    /// Waits until each script has an isolate with recent requests on
+    /// every machine (what `edgeprof targets` then lists for it).
+    pub fn wait_serving_everywhere(&self, scripts: &[&str], timeout: Duration) -> Result<()> {
+        self.wait_targets(scripts, timeout, true)
+    }
+
+    fn wait_targets(&self, scripts: &[&str], timeout: Duration, everywhere: bool) -> Result<()> {
+        let all: std::collections::BTreeSet<&str> =
+            self.machines().map(|(_, m)| m.id.as_str()).collect();
         let start = Instant::now();
         let mut waiting: Vec<&str> = scripts.to_vec();
         while !waiting.is_empty() {
             waiting.retain(|script| {
-                self.get_json(&format!("/scripts/{script}/targets"))
-                    .ok()
-                    .and_then(|d| d["targets"].as_array().map(Vec::is_empty))
-                    .unwrap_or(true)
+                let Ok(doc) = self.get_json(&format!("/scripts/{script}/targets")) else {
+                    return true;
+                };
+                let serving: std::collections::BTreeSet<&str> = doc["targets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t["machine"].as_str())
+                    .collect();
+                if everywhere {
+                    !all.iter().all(|m| serving.contains(m))
+                } else {
+                    serving.is_empty()
+                }
             });
             if waiting.is_empty() {
                 break;
@@ -542,7 +628,12 @@ impl Cluster {
             "account": self.account,
             "data_centers": self.data_centers.iter().map(|d| json!({
                 "code": d.code,
-                "machines": d.machines.iter().map(|m| json!({"id": m.id, "http": m.http, "grpc": m.grpc})).collect::<Vec<_>>(),
+                "machines": d.machines.iter().map(|m| json!({
+                    "id": m.id,
+                    "http": m.http,
+                    "grpc": m.grpc,
+                    "url": m.worker_url("json-gateway", &self.account),
+                })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "scripts": scripts,
         })

@@ -15,14 +15,16 @@ use crate::Cluster;
 /// What one request goes to.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// `/{script}{path}` on a machine of the client's data center.
+    /// `http://{script}.{account}.localhost{path}` on a machine of the
+    /// client's data center.
     Script {
         /// Script name.
         script: String,
-        /// Path after the script, e.g. `/render?depth=6`.
+        /// The path the worker sees, e.g. `/render?depth=6`.
         path: String,
     },
-    /// `/do/{namespace}/{id}{path}`.
+    /// `/do/{namespace}/{id}{path}` under the host of the script of the
+    /// same name.
     DurableObject {
         /// Namespace (= the script implementing it).
         namespace: String,
@@ -36,7 +38,8 @@ pub enum Target {
 impl Target {
     fn url_path(&self) -> String {
         match self {
-            Target::Script { script, path } => format!("/{script}{path}"),
+            Target::Script { path, .. } if path.is_empty() => "/".to_owned(),
+            Target::Script { path, .. } => path.clone(),
             Target::DurableObject {
                 namespace,
                 id,
@@ -44,7 +47,7 @@ impl Target {
             } => format!("/do/{namespace}/{id}{path}"),
         }
     }
-    /// The name requests are counted under.
+    /// The script the request goes to, and the name requests are counted under.
     pub fn name(&self) -> &str {
         match self {
             Target::Script { script, .. } => script,
@@ -111,7 +114,8 @@ impl Traffic {
         let sent = Arc::new(AtomicU64::new(0));
         let shed = Arc::new(AtomicU64::new(0));
         let counts: Arc<Mutex<HashMap<String, Counts>>> = Arc::default();
-        let (tx, rx) = sync_channel::<(String, String)>(mix.concurrency.max(1) * 2);
+        let account = cluster.account.clone();
+        let (tx, rx) = sync_channel::<Job>(mix.concurrency.max(1) * 2);
         let rx = Arc::new(Mutex::new(rx));
         let mut threads = Vec::new();
         for _ in 0..mix.concurrency.max(1) {
@@ -129,9 +133,10 @@ impl Traffic {
                         .unwrap_or_else(|e| e.into_inner())
                         .recv_timeout(Duration::from_millis(100));
                     match job {
-                        Ok((name, url)) => {
+                        Ok(Job { name, url, host }) => {
                             let ok = client
                                 .get(&url)
+                                .header("host", host)
                                 .send()
                                 .map(|r| r.status().is_success())
                                 .unwrap_or(false);
@@ -151,7 +156,7 @@ impl Traffic {
         }
         let (s_stop, s_sent, s_shed) = (stop.clone(), sent.clone(), shed.clone());
         threads.push(std::thread::spawn(move || {
-            schedule(mix, regions, tx, s_stop, s_sent, s_shed)
+            schedule(mix, regions, &account, tx, s_stop, s_sent, s_shed)
         }));
         Traffic {
             stop,
@@ -200,10 +205,20 @@ impl Drop for Traffic {
     }
 }
 
+/// One request to send: counted under `name`, sent to `url` (the machine's
+/// address) with `host` naming the script, as
+/// `http://{script}.{account}.localhost:PORT/…` would without DNS.
+struct Job {
+    name: String,
+    url: String,
+    host: String,
+}
+
 fn schedule(
     mix: TrafficMix,
     regions: Vec<Vec<String>>,
-    tx: SyncSender<(String, String)>,
+    account: &str,
+    tx: SyncSender<Job>,
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
     shed: Arc<AtomicU64>,
@@ -242,8 +257,12 @@ fn schedule(
             .expect("weights sum to total");
         let region = &regions[rng.below(regions.len() as u64) as usize];
         let machine = &region[rng.below(region.len() as u64) as usize];
-        let url = format!("{machine}{}", target.url_path());
-        match tx.try_send((target.name().to_owned(), url)) {
+        let job = Job {
+            name: target.name().to_owned(),
+            url: format!("{machine}{}", target.url_path()),
+            host: crate::cluster::worker_host(target.name(), account),
+        };
+        match tx.try_send(job) {
             Ok(()) => {
                 sent.fetch_add(1, Ordering::Relaxed);
             }

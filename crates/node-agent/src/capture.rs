@@ -62,7 +62,8 @@ pub fn check_secret<T>(req: &Request<T>, secret: &str) -> Result<(), Status> {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+/// Equality of secrets in time independent of where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -115,12 +116,18 @@ impl NodeAgent for CaptureService {
                     ..Default::default()
                 }),
                 Some(slot) => {
-                    let handle = slot.profiler.clone();
-                    match handle.start(kind, interval) {
-                        Ok(()) => active.started.push((slot, handle)),
+                    let started = match slot.profiler() {
+                        Some(handle) => handle
+                            .start(kind, interval)
+                            .map(|()| handle)
+                            .map_err(|e| e.to_string()),
+                        None => Err("the isolate is still starting".to_owned()),
+                    };
+                    match started {
+                        Ok(handle) => active.started.push((slot, handle)),
                         Err(e) => results.push(v1::IsolateCapture {
                             isolate_id: id.clone(),
-                            script: slot.script.clone(),
+                            script: slot.key.script.clone(),
                             version_id: slot.version_id.clone(),
                             error: format!("cannot start profiling: {e}"),
                             ..Default::default()
@@ -144,9 +151,9 @@ impl NodeAgent for CaptureService {
         for (slot, result) in stopped {
             let mut capture = v1::IsolateCapture {
                 isolate_id: slot.id.clone(),
-                script: slot.script.clone(),
+                script: slot.key.script.clone(),
                 version_id: slot.version_id.clone(),
-                durable_objects: slot.durable_object.iter().cloned().collect(),
+                durable_objects: slot.durable_object.iter().map(|o| o.wire()).collect(),
                 ..Default::default()
             };
             match result {

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
+/// Highest `--max-isolates`: each isolate is a thread and a few memory
+/// maps, and the kernel's default map count (65 530) must stay far away.
+pub const MAX_ISOLATES_LIMIT: usize = 4096;
+
 /// Command-line flags (each also readable from an `EDGEPROF_*` variable).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -30,9 +34,22 @@ pub struct Args {
     /// HTTP ingress listen address (port 0 = any free port).
     #[arg(long, env = "EDGEPROF_HTTP_LISTEN", default_value = "127.0.0.1:8081")]
     pub http_listen: SocketAddr,
+    /// Operator listener (`/metrics`, `/debug/pprof/profile`, `/healthz`);
+    /// keep it off the public network (port 0 = any free port).
+    #[arg(
+        long,
+        env = "EDGEPROF_OPERATOR_LISTEN",
+        default_value = "127.0.0.1:8082"
+    )]
+    pub operator_listen: SocketAddr,
     /// gRPC (NodeAgent) listen address (port 0 = any free port).
     #[arg(long, env = "EDGEPROF_GRPC_LISTEN", default_value = "127.0.0.1:9091")]
     pub grpc_listen: SocketAddr,
+    /// DNS zone worker hosts are under: `{script}.{account}.{zone}`
+    /// reaches a script (`*.localhost` resolves to loopback, so
+    /// `curl http://api.dev.localhost:8081/` works locally).
+    #[arg(long, env = "EDGEPROF_ZONE", default_value = "localhost")]
+    pub zone: String,
     /// Host name other machines and the control plane reach this one by.
     #[arg(long, env = "EDGEPROF_ADVERTISE_HOST", default_value = "127.0.0.1")]
     pub advertise_host: String,
@@ -54,7 +71,14 @@ pub struct Args {
     /// Most isolates per busy script version.
     #[arg(long, env = "EDGEPROF_MAX_ISOLATES_PER_VERSION", default_value_t = 4)]
     pub max_isolates_per_version: usize,
-    /// Isolates idle this long (seconds) are reclaimed.
+    /// Most live isolates on this machine, Durable Objects included (each
+    /// is one thread); over it a request that needs a new isolate gets 503.
+    #[arg(long, env = "EDGEPROF_MAX_ISOLATES", default_value_t = 512)]
+    pub max_isolates: usize,
+    /// Most live isolates of one account on this machine.
+    #[arg(long, env = "EDGEPROF_MAX_ISOLATES_PER_ACCOUNT", default_value_t = 128)]
+    pub max_isolates_per_account: usize,
+    /// Isolates idle this long (seconds) are reclaimed, Durable Objects included.
     #[arg(long, env = "EDGEPROF_IDLE_ISOLATE_SECS", default_value_t = 120)]
     pub idle_isolate_secs: u64,
     /// Write `{"http": ..., "grpc": ...}` with the bound addresses here once listening.
@@ -78,8 +102,12 @@ pub struct Config {
     pub http_listen: SocketAddr,
     /// gRPC listen address.
     pub grpc_listen: SocketAddr,
+    /// Operator listen address.
+    pub operator_listen: SocketAddr,
     /// Host others reach this machine by.
     pub advertise_host: String,
+    /// Zone of worker hosts, lowercase, no leading or trailing dot.
+    pub zone: String,
     /// Shared agent secret.
     pub agent_secret: String,
     /// Isolate linear-memory limit in bytes.
@@ -92,6 +120,10 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Most isolates per script version.
     pub max_isolates_per_version: usize,
+    /// Most live isolates on this machine.
+    pub max_isolates: usize,
+    /// Most live isolates of one account on this machine.
+    pub max_isolates_per_account: usize,
     /// Idle isolates are reclaimed after this.
     pub idle_isolate: Duration,
     /// Where to write bound addresses.
@@ -128,6 +160,20 @@ impl TryFrom<Args> for Config {
                 a.control_plane
             );
         }
+        let zone = a.zone.trim_matches('.').to_ascii_lowercase();
+        let zone_ok = !zone.is_empty()
+            && zone.len() <= 253
+            && zone.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !zone_ok {
+            bail!(
+                "--zone `{}`: must be a DNS name (labels of letters, digits and `-`, e.g. `localhost` or `edge.example.com`)",
+                a.zone
+            );
+        }
         if a.agent_secret.len() < 8 {
             bail!("--agent-secret: must be at least 8 characters");
         }
@@ -152,19 +198,39 @@ impl TryFrom<Args> for Config {
         if a.max_isolates_per_version == 0 {
             bail!("--max-isolates-per-version: must be at least 1");
         }
+        if !(1..=MAX_ISOLATES_LIMIT).contains(&a.max_isolates) {
+            bail!(
+                "--max-isolates {}: must be 1–{MAX_ISOLATES_LIMIT}",
+                a.max_isolates
+            );
+        }
+        if !(1..=a.max_isolates).contains(&a.max_isolates_per_account) {
+            bail!(
+                "--max-isolates-per-account {}: must be 1–{} (--max-isolates)",
+                a.max_isolates_per_account,
+                a.max_isolates
+            );
+        }
+        if a.idle_isolate_secs == 0 {
+            bail!("--idle-isolate-secs: must be positive");
+        }
         Ok(Config {
             data_center: a.data_center,
             machine_id: a.machine_id,
             control_plane: a.control_plane.trim_end_matches('/').to_owned(),
             http_listen: a.http_listen,
             grpc_listen: a.grpc_listen,
+            operator_listen: a.operator_listen,
             advertise_host: a.advertise_host,
+            zone,
             agent_secret: a.agent_secret,
             isolate_memory_bytes: a.isolate_memory_mib << 20,
             request_cpu_limit: Duration::from_millis(a.request_cpu_limit_ms),
             sampling_interval: Duration::from_millis(a.sampling_interval_ms),
             heartbeat: Duration::from_millis(a.heartbeat_ms),
             max_isolates_per_version: a.max_isolates_per_version,
+            max_isolates: a.max_isolates,
+            max_isolates_per_account: a.max_isolates_per_account,
             idle_isolate: Duration::from_secs(a.idle_isolate_secs),
             ready_file: a.ready_file,
             check_only: a.check_config,

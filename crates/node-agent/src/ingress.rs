@@ -1,17 +1,27 @@
-//! HTTP ingress: worker traffic in, responses out; plus `/metrics`,
-//! `/healthz` and `/debug/pprof/profile` for operators.
+//! HTTP ingress: worker traffic in, responses out, routed by host name as
+//! `workers.dev` does; plus `/healthz` on the machine's own name.
 //!
-//! - `/{script}/…` goes to an isolate of a version picked by the deployment weights.
-//! - `/do/{namespace}/{id}/…` goes to the one isolate of that Durable Object;
-//!   the namespace names the script that implements it. A machine that does
-//!   not own the object asks the control plane where it lives (placing it here
-//!   on first use) and forwards the request there. A machine serves an object
-//!   only while its lease holds ([`crate::lease`]); a request for a fenced
-//!   object, or forwarded to a machine that no longer owns it, is resolved
-//!   again through the control plane, never served from a stale copy. A
-//!   forwarded request that reaches a machine the object does not live on
-//!   is answered `421 Misdirected Request`, and the forwarding machine asks
-//!   the control plane once more.
+//! - `http://{script}.{account}.{zone}/…` goes to an isolate of a version of
+//!   that account's script, picked by the deployment weights; the worker sees
+//!   the whole path. Tenancy is in the key: two accounts' `api` are two
+//!   scripts ([`ScriptKey`]).
+//! - `http://{script}.{account}.{zone}/do/{namespace}/{id}/…` goes to the one
+//!   isolate of that Durable Object of that script ([`ObjectKey`]). A
+//!   machine that does not own the object asks the control plane where it
+//!   lives (placing it here on first use) and forwards the request there,
+//!   host and all. A machine serves an object only while its lease holds
+//!   ([`crate::lease`]); a request for a fenced object, or forwarded to a
+//!   machine that no longer owns it, is resolved again through the control
+//!   plane, never served from a stale copy. A forwarded request that reaches
+//!   a machine the object does not live on is answered `421 Misdirected
+//!   Request`, and the forwarding machine asks the control plane once more.
+//! - Any other host: `/healthz`, else `404` naming the expected form.
+//!
+//! Operators' endpoints (`/metrics`, `/debug/pprof/profile`) are on a
+//! listener of their own ([`operator_app`], `--operator-listen`, loopback by
+//! default), never on the worker port. Headers named `x-edgeprof-*` are the
+//! agents' own: a client's are dropped before routing, a worker's before
+//! answering, and a forwarded request proves itself with the agent secret.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,21 +29,25 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
 use edgeprof_sampler::Request as WorkerRequest;
 use rand::Rng;
 
-use crate::hosting::{Hosting, ObjectHere, ServeError, Slot, VersionRef};
+use crate::hosting::{
+    Hosting, ObjectHere, ObjectKey, ScriptKey, ServeError, Slot, StartError, VersionRef,
+};
 use crate::metrics::Metrics;
 use crate::registry::{DeployedScript, PlacementUnavailable, Registry};
 
 /// Largest request body passed to a worker.
 pub const MAX_BODY: usize = 1 << 20;
-/// Header marking a request forwarded by another agent (loops are refused).
+/// Header marking a request forwarded by another agent (loops are
+/// refused); its value is the agent secret.
 pub const FORWARDED: &str = "x-edgeprof-forwarded";
+/// Prefix of the headers only agents may set.
+pub const INTERNAL_HEADER_PREFIX: &str = "x-edgeprof-";
 /// Header on an agent's own `421` for a Durable Object it does not hold
 /// (so a worker's 421 is passed on, not taken for one).
 pub const MISDIRECTED: &str = "x-edgeprof-misdirected";
@@ -51,24 +65,172 @@ pub struct Ingress {
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Where Durable Objects owned elsewhere live: key → owner HTTP base URL.
-    pub remote_objects: Arc<Mutex<HashMap<String, String>>>,
+    pub remote_objects: Arc<Mutex<HashMap<ObjectKey, String>>>,
     /// Client used to forward Durable Object requests.
     pub http: reqwest::Client,
+    /// The zone worker hosts are under (`--zone`).
+    pub zone: String,
+    /// The agent secret, which a forwarded request carries.
+    pub secret: Arc<str>,
 }
 
-/// The router.
+/// The router: every request is routed by its host name ([`destination`]).
 pub fn app(state: Ingress) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+/// The operator listener's router: `/metrics`, `/debug/pprof/profile`,
+/// `/healthz`.
+pub fn operator_app(state: Ingress) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
-        .route("/debug/pprof/profile", get(native_profile))
-        .route("/do/{namespace}/{id}", any(durable_object))
-        .route("/do/{namespace}/{id}/", any(durable_object))
-        .route("/do/{namespace}/{id}/{*rest}", any(durable_object))
-        .route("/{script}", any(script))
-        .route("/{script}/", any(script))
-        .route("/{script}/{*rest}", any(script))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/metrics", axum::routing::get(metrics))
+        .route(
+            "/debug/pprof/profile",
+            axum::routing::get(|Query(q): Query<HashMap<String, String>>| native_profile(q)),
+        )
         .with_state(state)
+}
+
+/// Whether `headers` carry a forward from another agent (the secret), and
+/// the headers without any `x-edgeprof-*` ones.
+fn internal_headers_stripped(headers: HeaderMap, secret: &str) -> (bool, HeaderMap) {
+    let forwarded = headers
+        .get(FORWARDED)
+        .is_some_and(|v| crate::capture::constant_time_eq(v.as_bytes(), secret.as_bytes()));
+    let mut kept = HeaderMap::with_capacity(headers.len());
+    let mut name = None;
+    for (k, v) in headers {
+        // `into_iter` names a header once, then `None` for its repeats.
+        if let Some(k) = k {
+            name = Some(k);
+        }
+        if let Some(k) = &name
+            && !k.as_str().starts_with(INTERNAL_HEADER_PREFIX)
+        {
+            kept.append(k.clone(), v);
+        }
+    }
+    (forwarded, kept)
+}
+
+/// Where a request's host name sends it.
+#[derive(Debug, PartialEq, Eq)]
+enum Destination {
+    /// `{script}.{account}.{zone}`.
+    Worker(ScriptKey),
+    /// Not under the zone: the machine itself.
+    Machine,
+    /// Under the zone, but not `{script}.{account}`.
+    NotAWorker,
+}
+
+fn is_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// The host name without its port, lowercased.
+fn host_name(host: &str) -> String {
+    let host = host.trim().trim_end_matches('.');
+    let name = if host.starts_with('[') {
+        host.split_inclusive(']').next().unwrap_or(host)
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+fn destination(host: &str, zone: &str) -> Destination {
+    let name = host_name(host);
+    let Some(labels) = name.strip_suffix(zone).and_then(|r| r.strip_suffix('.')) else {
+        return Destination::Machine;
+    };
+    match labels.split('.').collect::<Vec<_>>().as_slice() {
+        [script, account] if is_label(script) && is_label(account) => {
+            Destination::Worker(ScriptKey {
+                account: (*account).to_owned(),
+                script: (*script).to_owned(),
+            })
+        }
+        _ => Destination::NotAWorker,
+    }
+}
+
+/// The request's host: `Host`, or the URI's authority (HTTP/2).
+fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> &'a str {
+    headers
+        .get(axum::http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or_default()
+}
+
+async fn handle(
+    State(s): State<Ingress>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let host = request_host(&uri, &headers).to_owned();
+    let (forwarded, headers) = internal_headers_stripped(headers, &s.secret);
+    match destination(&host, &s.zone) {
+        Destination::Worker(key) => match object_path(uri.path()) {
+            Some((namespace, id)) => {
+                let object = ObjectKey {
+                    script: key,
+                    namespace,
+                    id: id.to_ascii_lowercase(),
+                };
+                durable_object(s, object, forwarded, method, uri, headers, body).await
+            }
+            None => script(s, key, method, uri, headers, body).await,
+        },
+        Destination::Machine if uri.path() == "/healthz" => "ok\n".into_response(),
+        Destination::Machine | Destination::NotAWorker => {
+            let port = host
+                .rsplit_once(':')
+                .map(|(_, p)| format!(":{p}"))
+                .unwrap_or_default();
+            let zone = &s.zone;
+            error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no worker at host `{}`: a worker is reached at http://{{script}}.{{account}}.{zone}{port}/… \
+                     and its Durable Objects at http://{{script}}.{{account}}.{zone}{port}/do/{{namespace}}/{{id}}/…",
+                    crate::hosting::truncate(&host, 256)
+                ),
+            )
+        }
+    }
+}
+
+/// `/do/{namespace}/{id}[/…]`: the object's namespace and id.
+fn object_path(path: &str) -> Option<(String, String)> {
+    let mut parts = path.strip_prefix("/do/")?.splitn(3, '/');
+    let namespace = parts.next()?;
+    let id = parts.next()?;
+    Some((namespace.to_owned(), id.to_owned()))
+}
+
+/// No isolate could be had: over a cap (503, retry later), a version that
+/// fails to start (502), or no thread (503).
+fn start_error(e: &StartError) -> Response {
+    let status = match e {
+        StartError::Failing { .. } => StatusCode::BAD_GATEWAY,
+        StartError::AtCapacity(_) | StartError::Thread(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut r = error(status, e.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, 1.into());
+    }
+    r
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -91,7 +253,7 @@ async fn metrics(State(s): State<Ingress>) -> Response {
         .into_response()
 }
 
-async fn native_profile(Query(q): Query<HashMap<String, String>>) -> Response {
+async fn native_profile(q: HashMap<String, String>) -> Response {
     let seconds: u64 = match q.get("seconds").map(|s| s.parse()) {
         None => 10,
         Some(Ok(n)) if (1..=60).contains(&n) => n,
@@ -142,7 +304,10 @@ fn worker_response(r: edgeprof_sampler::Response) -> Response {
     let mut builder = axum::http::Response::builder()
         .status(StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK));
     for (k, v) in &r.headers {
-        builder = builder.header(k.as_str(), v.as_str());
+        // A worker cannot speak for the agent (e.g. fake a misdirection).
+        if !k.to_ascii_lowercase().starts_with(INTERNAL_HEADER_PREFIX) {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
     }
     builder.body(Body::from(r.body)).unwrap_or_else(|_| {
         error(
@@ -167,69 +332,71 @@ fn pick_version(script: &DeployedScript) -> Option<&edgeprof_proto::v1::Deployed
     script.versions.last()
 }
 
-async fn version_of(s: &Ingress, name: &str) -> Result<(VersionRef, DeployedScript), Response> {
-    let script = match s.registry.script(name).await {
-        Ok(Some(d)) => d,
-        Ok(None) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                format!("script `{name}` is not deployed"),
-            ));
-        }
-        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
-    };
+/// The deployment of `key`, or the 404 saying it has none.
+async fn deployed(s: &Ingress, key: &ScriptKey) -> Result<DeployedScript, Response> {
+    match s.registry.script(key).await {
+        Ok(Some(d)) => Ok(d),
+        Ok(None) => Err(error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "script `{}` of account `{}` is not deployed",
+                key.script, key.account
+            ),
+        )),
+        Err(e) => Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
+    }
+}
+
+async fn version_of(s: &Ingress, key: &ScriptKey) -> Result<VersionRef, Response> {
+    let script = deployed(s, key).await?;
     let Some(v) = pick_version(&script) else {
         return Err(error(
             StatusCode::NOT_FOUND,
-            format!("script `{name}` has no deployed version"),
+            format!("{key} has no deployed version"),
         ));
     };
     match s
         .registry
-        .version(
-            &s.hosting,
-            name,
-            &script.account,
-            &v.version_id,
-            &v.wasm_sha256,
-        )
+        .version(&s.hosting, key, &v.version_id, &v.wasm_sha256)
         .await
     {
-        Ok(r) => Ok((r, script)),
+        Ok(r) => Ok(r),
         Err(e) => Err(error(StatusCode::BAD_GATEWAY, format!("{e:#}"))),
     }
 }
 
 async fn script(
-    State(s): State<Ingress>,
-    Path(params): Path<HashMap<String, String>>,
+    s: Ingress,
+    key: ScriptKey,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let name = params.get("script").cloned().unwrap_or_default();
     if body.len() > MAX_BODY {
         return error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body over {MAX_BODY} bytes"),
         );
     }
-    let (version, _) = match version_of(&s, &name).await {
+    let version = match version_of(&s, &key).await {
         Ok(v) => v,
         Err(r) => return r,
     };
-    let request = worker_request(&method, &uri, &headers, body, 1);
+    let request = worker_request(&method, &uri, &headers, body, 0);
     serve(request, || s.hosting.pick(&version)).await
 }
 
 /// Sends `request` to the isolate `pick` names; an isolate evicted while the
 /// request was queued is retried once on the isolate `pick` names next.
-async fn serve(request: WorkerRequest, pick: impl Fn() -> anyhow::Result<Arc<Slot>>) -> Response {
+async fn serve(
+    request: WorkerRequest,
+    pick: impl Fn() -> Result<Arc<Slot>, StartError>,
+) -> Response {
     for _ in 0..2 {
         let slot = match pick() {
             Ok(slot) => slot,
-            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+            Err(e) => return start_error(&e),
         };
         match slot.serve(request.clone(), None).await {
             Ok(r) => return worker_response(r),
@@ -248,20 +415,16 @@ fn is_object_id(id: &str) -> bool {
 }
 
 async fn durable_object(
-    State(s): State<Ingress>,
-    Path(params): Path<HashMap<String, String>>,
+    s: Ingress,
+    key: ObjectKey,
+    forwarded: bool,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let namespace = params.get("namespace").cloned().unwrap_or_default();
-    let id = params
-        .get("id")
-        .cloned()
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if !is_object_id(&id) {
+    let id = &key.id;
+    if !is_object_id(id) {
         return error(
             StatusCode::BAD_REQUEST,
             format!("durable object id `{id}`: must be 64 hex characters"),
@@ -273,14 +436,16 @@ async fn durable_object(
             format!("request body over {MAX_BODY} bytes"),
         );
     }
-    let key = format!("{namespace}:{id}");
-    let forwarded = headers.contains_key(FORWARDED);
+    let script = match deployed(&s, &key.script).await {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
     let request = worker_request(&method, &uri, &headers, body.clone(), 3);
     // After a fenced isolate or a misdirected forward, ask the control
     // plane rather than trust what this machine remembers.
     let mut ask = false;
     for _ in 0..DURABLE_OBJECT_ATTEMPTS {
-        let route = match route_object(&s, &namespace, &id, &key, forwarded || ask).await {
+        let route = match route_object(&s, &script, &key, forwarded || ask).await {
             Ok(route) => route,
             Err(r) => return r,
         };
@@ -342,15 +507,11 @@ enum ObjectRoute {
 /// control plane says (placing it here on first use).
 async fn route_object(
     s: &Ingress,
-    namespace: &str,
-    id: &str,
-    key: &str,
+    script: &DeployedScript,
+    key: &ObjectKey,
     ask: bool,
 ) -> Result<ObjectRoute, Response> {
-    let here = s
-        .hosting
-        .durable_object(key)
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+    let here = s.hosting.durable_object(key).map_err(|e| start_error(&e))?;
     match here {
         ObjectHere::Serving(slot, until) => return Ok(ObjectRoute::Here(slot, until)),
         ObjectHere::Fenced => {}
@@ -367,27 +528,31 @@ async fn route_object(
             }
         }
     }
-    place(s, namespace, id, key).await
+    place(s, script, key).await
 }
 
 /// Asks the control plane where object `key` lives. Here: confirms (or
 /// starts) its isolate for the placement and lease the answer grants.
 /// Elsewhere: drops any copy kept here, remembers the owner and returns its
 /// HTTP base URL.
-async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<ObjectRoute, Response> {
-    let script = match s.registry.script(namespace).await {
-        Ok(Some(d)) => d,
-        Ok(None) => {
-            return Err(error(
-                StatusCode::NOT_FOUND,
-                format!("durable object namespace `{namespace}` has no deployed script"),
-            ));
-        }
-        Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"))),
-    };
+async fn place(
+    s: &Ingress,
+    script: &DeployedScript,
+    key: &ObjectKey,
+) -> Result<ObjectRoute, Response> {
+    // A machine at its isolate cap places nothing new here: a flood of new
+    // objects creates neither isolates nor placement rows.
+    s.hosting
+        .has_room(&key.script.account)
+        .map_err(|e| start_error(&e))?;
     let (placed, sent) = s
         .registry
-        .place_durable_object(&script.account, namespace, namespace, id)
+        .place_durable_object(
+            &key.script.account,
+            &key.script.script,
+            &key.namespace,
+            &key.id,
+        )
         .await
         .map_err(|e| {
             let mut resp = error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}"));
@@ -407,7 +572,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
         s.remote_objects
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key.to_owned(), owner.http_address.clone());
+            .insert(key.clone(), owner.http_address.clone());
         return Ok(ObjectRoute::Elsewhere(owner.http_address));
     }
     s.remote_objects
@@ -422,13 +587,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
         .unwrap_or_default();
     let version = s
         .registry
-        .version(
-            &s.hosting,
-            namespace,
-            &script.account,
-            &placed.version_id,
-            sha,
-        )
+        .version(&s.hosting, &key.script, &placed.version_id, sha)
         .await
         .map_err(|e| error(StatusCode::BAD_GATEWAY, format!("{e:#}")))?;
     let (slot, until) = s
@@ -440,7 +599,7 @@ async fn place(s: &Ingress, namespace: &str, id: &str, key: &str) -> Result<Obje
             sent,
             Duration::from_millis(u64::from(placed.durable_object_lease_ms)),
         )
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+        .map_err(|e| start_error(&e))?;
     Ok(ObjectRoute::Here(slot, until))
 }
 
@@ -472,10 +631,11 @@ async fn forward(
             reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET),
             &url,
         )
-        .header(FORWARDED, "1")
+        .header(FORWARDED, &*s.secret)
         .body(body);
+    // The host goes along: it names the object's script and account.
     for (k, v) in headers {
-        if k != "host" && k != "content-length" {
+        if k != "content-length" {
             req = req.header(k.as_str(), v.as_bytes());
         }
     }
@@ -513,5 +673,78 @@ async fn forward(
                 format!("forward to the object's machine {base}: {e}"),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(script: &str, account: &str) -> Destination {
+        Destination::Worker(ScriptKey {
+            account: account.into(),
+            script: script.into(),
+        })
+    }
+
+    /// Regression test for issue 10: routing by script name alone served
+    /// one account's `api` for both; the host names the account.
+    #[test]
+    fn hosts_name_the_script_and_its_account() {
+        let cases = [
+            (
+                "api.acme.localhost:8081",
+                "localhost",
+                worker("api", "acme"),
+            ),
+            ("API.Acme.LocalHost.", "localhost", worker("api", "acme")),
+            ("api.other.localhost", "localhost", worker("api", "other")),
+            (
+                "json-gateway.dev.edge.example.com",
+                "edge.example.com",
+                worker("json-gateway", "dev"),
+            ),
+            ("127.0.0.1:8081", "localhost", Destination::Machine),
+            ("localhost:8081", "localhost", Destination::Machine),
+            ("[::1]:8081", "localhost", Destination::Machine),
+            ("api.acmelocalhost", "localhost", Destination::Machine),
+            ("", "localhost", Destination::Machine),
+            ("acme.localhost", "localhost", Destination::NotAWorker),
+            ("a.api.acme.localhost", "localhost", Destination::NotAWorker),
+            ("-api.acme.localhost", "localhost", Destination::NotAWorker),
+            ("api_x.acme.localhost", "localhost", Destination::NotAWorker),
+        ];
+        for (host, zone, expected) in cases {
+            assert_eq!(destination(host, zone), expected, "{host} under {zone}");
+        }
+    }
+
+    #[test]
+    fn client_sent_internal_headers_are_dropped_and_a_forward_needs_the_secret() {
+        let mut h = HeaderMap::new();
+        h.insert(FORWARDED, "1".parse().unwrap());
+        h.insert("x-edgeprof-misdirected", "1".parse().unwrap());
+        h.append("accept", "a".parse().unwrap());
+        h.append("accept", "b".parse().unwrap());
+        let (forwarded, kept) = internal_headers_stripped(h.clone(), "the-secret");
+        assert!(!forwarded);
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert_eq!(kept.get_all("accept").iter().count(), 2);
+        h.insert(FORWARDED, "the-secret".parse().unwrap());
+        assert!(internal_headers_stripped(h, "the-secret").0);
+    }
+
+    #[test]
+    fn object_paths_name_namespace_and_id() {
+        assert_eq!(
+            object_path("/do/counter/ab/increment"),
+            Some(("counter".into(), "ab".into()))
+        );
+        assert_eq!(
+            object_path("/do/counter/ab"),
+            Some(("counter".into(), "ab".into()))
+        );
+        assert_eq!(object_path("/do/counter"), None);
+        assert_eq!(object_path("/api/do/x/y"), None);
     }
 }

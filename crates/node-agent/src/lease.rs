@@ -21,13 +21,16 @@
 //! [`Leases`] is the bookkeeping alone, generic over what is kept per object,
 //! so its rules are tested without isolates.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
-/// Objects by key (`namespace:id`), with their placement and lease.
+/// Objects by key (the agent's is (account, script, namespace, id)), with
+/// their placement and lease.
 #[derive(Debug)]
-pub struct Leases<T> {
-    objects: HashMap<String, Entry<T>>,
+pub struct Leases<K, T> {
+    objects: HashMap<K, Entry<T>>,
 }
 
 #[derive(Debug)]
@@ -56,7 +59,7 @@ pub enum Lookup<'a, T> {
     Absent,
 }
 
-impl<T> Default for Leases<T> {
+impl<K, T> Default for Leases<K, T> {
     fn default() -> Self {
         Leases {
             objects: HashMap::new(),
@@ -64,9 +67,13 @@ impl<T> Default for Leases<T> {
     }
 }
 
-impl<T> Leases<T> {
+impl<K: Hash + Eq + Clone, T> Leases<K, T> {
     /// Whether `key` may be served at `now`.
-    pub fn lookup(&self, key: &str, now: Instant) -> Lookup<'_, T> {
+    pub fn lookup<Q>(&self, key: &Q, now: Instant) -> Lookup<'_, T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         match self.objects.get(key) {
             None => Lookup::Absent,
             Some(e) if now < e.until => Lookup::Serving {
@@ -78,7 +85,11 @@ impl<T> Leases<T> {
     }
 
     /// The value kept for `key`, leased or not.
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut T> {
+    pub fn get_mut<Q>(&mut self, key: &Q) -> Option<&mut T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.objects.get_mut(key).map(|e| &mut e.value)
     }
 
@@ -88,14 +99,18 @@ impl<T> Leases<T> {
     /// shortened); a copy of another placement, or none, is replaced by
     /// `fresh()`. Returns the value to serve and until when, and the copy
     /// replaced, if any.
-    pub fn confirm<E>(
+    pub fn confirm<Q, E>(
         &mut self,
-        key: &str,
+        key: &Q,
         placed_at_ms: i64,
         sent: Instant,
         length: Duration,
         fresh: impl FnOnce() -> Result<T, E>,
-    ) -> Result<(&T, Instant, Option<T>), E> {
+    ) -> Result<(&T, Instant, Option<T>), E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let until = sent + length;
         let replaced = match self.objects.get(key) {
             Some(e) if e.placed_at_ms == placed_at_ms => None,
@@ -126,11 +141,11 @@ impl<T> Leases<T> {
     /// drops those (returned) and extends the others that were listed.
     pub fn renewed(
         &mut self,
-        listed: &[String],
-        elsewhere: &[String],
+        listed: &[K],
+        elsewhere: &[K],
         sent: Instant,
         length: Duration,
-    ) -> Vec<(String, T)> {
+    ) -> Vec<(K, T)> {
         let dropped = elsewhere
             .iter()
             .filter_map(|k| self.objects.remove_entry(k).map(|(k, e)| (k, e.value)))
@@ -144,8 +159,34 @@ impl<T> Leases<T> {
     }
 
     /// Forgets `key` (the control plane placed it elsewhere).
-    pub fn remove(&mut self, key: &str) -> Option<T> {
+    pub fn remove<Q>(&mut self, key: &Q) -> Option<T>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.objects.remove(key).map(|e| e.value)
+    }
+
+    /// Ends `key`'s lease now: it is served again only once a call
+    /// confirms it (a heartbeat answer that may name it could not be told
+    /// apart from another object's).
+    pub fn fence(&mut self, key: &K, now: Instant) {
+        if let Some(e) = self.objects.get_mut(key) {
+            e.until = e.until.min(now);
+        }
+    }
+
+    /// Drops every object `drop` says to, returning them.
+    pub fn remove_where(&mut self, mut drop: impl FnMut(&K, &T) -> bool) -> Vec<(K, T)> {
+        let keys: Vec<K> = self
+            .objects
+            .iter()
+            .filter(|(k, e)| drop(k, &e.value))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.objects.remove(&k).map(|e| (k, e.value)))
+            .collect()
     }
 
     /// Every object kept, leased or fenced.
@@ -162,19 +203,19 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(4);
 
     fn confirm(
-        t: &mut Leases<&'static str>,
+        t: &mut Leases<String, &'static str>,
         key: &str,
         placed_at: i64,
         sent: Instant,
         fresh: &'static str,
     ) -> (&'static str, Instant, Option<&'static str>) {
         let (v, until, replaced) = t
-            .confirm::<()>(key, placed_at, sent, LEASE, || Ok(fresh))
+            .confirm::<str, ()>(key, placed_at, sent, LEASE, || Ok(fresh))
             .unwrap();
         (*v, until, replaced)
     }
 
-    fn state(t: &Leases<&'static str>, key: &str, now: Instant) -> Option<&'static str> {
+    fn state(t: &Leases<String, &'static str>, key: &str, now: Instant) -> Option<&'static str> {
         match t.lookup(key, now) {
             Lookup::Serving { value, .. } => Some(*value),
             Lookup::Fenced => Some("fenced"),

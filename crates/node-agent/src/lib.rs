@@ -43,6 +43,8 @@ pub struct RunningAgent {
     pub http: SocketAddr,
     /// Where the gRPC `NodeAgent` service listens.
     pub grpc: SocketAddr,
+    /// Where the operator endpoints listen.
+    pub operator: SocketAddr,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -76,6 +78,15 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let grpc_listener = tokio::net::TcpListener::bind(config.grpc_listen)
         .await
         .with_context(|| format!("cannot listen for gRPC on {}", config.grpc_listen))?;
+    let operator_listener = tokio::net::TcpListener::bind(config.operator_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for the operator endpoints on {}",
+                config.operator_listen
+            )
+        })?;
+    let operator = operator_listener.local_addr()?;
     let http = http_listener.local_addr()?;
     let grpc = grpc_listener.local_addr()?;
 
@@ -88,7 +99,11 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let hosting = Arc::new(hosting::Hosting::new(
         runtime,
         limits,
-        config.max_isolates_per_version,
+        hosting::Caps {
+            per_version: config.max_isolates_per_version,
+            machine: config.max_isolates,
+            account: config.max_isolates_per_account,
+        },
         config.machine_id.clone(),
         metrics.clone(),
     ));
@@ -103,15 +118,23 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         registry: registry.clone(),
         metrics: metrics.clone(),
         remote_objects: Default::default(),
+        zone: config.zone.clone(),
+        secret: config.agent_secret.as_str().into(),
         http: reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(60))
             .build()?,
     };
     let mut tasks = Vec::new();
+    let operator_app = ingress::operator_app(ingress.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(http_listener, ingress::app(ingress)).await {
             tracing::error!("HTTP ingress stopped: {e}");
+        }
+    }));
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(operator_listener, operator_app).await {
+            tracing::error!("operator listener stopped: {e}");
         }
     }));
 
@@ -182,12 +205,17 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     }));
 
     if let Some(path) = &config.ready_file {
-        let doc = serde_json::json!({"http": machine.http_address, "grpc": machine.grpc_address, "pid": std::process::id()});
+        let doc = serde_json::json!({"http": machine.http_address, "grpc": machine.grpc_address, "operator": format!("http://{operator}"), "pid": std::process::id()});
         std::fs::write(path, doc.to_string())
             .with_context(|| format!("{}: cannot write the ready file", path.display()))?;
     }
-    tracing::info!(%http, %grpc, machine = %config.machine_id, dc = %config.data_center, "node agent listening");
-    Ok(RunningAgent { http, grpc, tasks })
+    tracing::info!(%http, %grpc, %operator, machine = %config.machine_id, dc = %config.data_center, "node agent listening");
+    Ok(RunningAgent {
+        http,
+        grpc,
+        operator,
+        tasks,
+    })
 }
 
 /// Runs the agent until Ctrl-C or SIGTERM.

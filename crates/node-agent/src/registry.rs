@@ -16,17 +16,37 @@ use edgeprof_proto::v1::{self, registry_client::RegistryClient};
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
-use crate::hosting::{Hosting, Slot, VersionRef};
+use crate::hosting::{Hosting, ObjectKey, ScriptKey, Slot, VersionRef};
+
+/// A module being fetched and compiled, or compiled: one cell per hash, so
+/// callers of the same module wait for one fetch while other modules'
+/// callers wait for nothing.
+type ModuleCell = Arc<tokio::sync::OnceCell<Arc<edgeprof_sampler::Module>>>;
+
+/// Largest gRPC message the agent accepts from the control plane: a module
+/// up to the control plane's upload limit (64 MiB by default) plus its
+/// envelope (issue 10: tonic's default 4 MiB made valid modules unrunnable).
+pub const MAX_MESSAGE_BYTES: usize = 80 << 20;
+
+/// How long a module that failed to fetch or compile is refused before it
+/// is fetched again.
+pub const MODULE_FAILURE_TTL: Duration = Duration::from_secs(10);
+
+/// Most module failures remembered (past it, all are forgotten at once).
+const MAX_MODULE_FAILURES: usize = 1024;
+
+/// A name that is not in the deployment refetches the deployment at most
+/// this often, however many unknown names are asked for.
+pub const UNKNOWN_SCRIPT_REFRESH: Duration = Duration::from_secs(1);
 
 /// Most isolates reported in one heartbeat, so a message stays well under
 /// gRPC's 4 MiB default.
 pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 2000;
 
-/// A deployed script as this agent knows it.
+/// A deployed script as this agent knows it (by [`ScriptKey`]: its
+/// account and name).
 #[derive(Debug, Clone)]
 pub struct DeployedScript {
-    /// Owning account.
-    pub account: String,
     /// Versions with weights and module hashes.
     pub versions: Vec<v1::DeployedVersion>,
 }
@@ -38,8 +58,12 @@ pub struct Registry {
     /// This machine.
     pub machine: v1::Machine,
     generation: Mutex<u64>,
-    scripts: RwLock<HashMap<String, DeployedScript>>,
-    modules: tokio::sync::Mutex<HashMap<String, Arc<edgeprof_sampler::Module>>>,
+    scripts: RwLock<HashMap<ScriptKey, DeployedScript>>,
+    modules: Mutex<HashMap<String, ModuleCell>>,
+    /// Modules that failed to fetch or compile: cache key → (when, why).
+    module_failures: Mutex<HashMap<String, (Instant, String)>>,
+    /// Refreshes for unknown names, one at a time, and when the last ended.
+    unknown_refresh: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -59,12 +83,14 @@ impl Registry {
             .timeout(std::time::Duration::from_secs(10))
             .connect_lazy();
         Ok(Registry {
-            client: RegistryClient::new(channel),
+            client: RegistryClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES),
             secret,
             machine,
             generation: Mutex::new(u64::MAX),
             scripts: RwLock::new(HashMap::new()),
-            modules: tokio::sync::Mutex::new(HashMap::new()),
+            modules: Mutex::new(HashMap::new()),
+            module_failures: Mutex::new(HashMap::new()),
+            unknown_refresh: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -98,15 +124,15 @@ impl Registry {
         let slots = hosting.slots();
         let omitted = slots.len().saturating_sub(MAX_ISOLATES_PER_HEARTBEAT);
         let status = |s: &Slot| {
-            let (evictions, memory_evictions) = hosting.evictions(&s.version_id);
+            let (evictions, memory_evictions) = hosting.evictions(&s.key.account, &s.version_id);
             v1::IsolateStatus {
                 isolate_id: s.id.clone(),
-                script: s.script.clone(),
+                script: s.key.script.clone(),
                 version_id: s.version_id.clone(),
-                account: s.account.clone(),
+                account: s.key.account.clone(),
                 requests_last_60s: s.requests_last_60s(),
                 last_request_unix_ms: s.last_request_ms(),
-                durable_objects: s.durable_object.iter().cloned().collect(),
+                durable_objects: s.durable_object.iter().map(|o| o.wire()).collect(),
                 memory_bytes: s.memory_bytes(),
                 evictions,
                 memory_evictions,
@@ -117,9 +143,10 @@ impl Registry {
             .take(MAX_ISOLATES_PER_HEARTBEAT)
             .map(|s| status(s))
             .collect();
-        let listed: Vec<String> = isolates
+        let listed: Vec<ObjectKey> = slots
             .iter()
-            .flat_map(|i| i.durable_objects.iter().cloned())
+            .take(MAX_ISOLATES_PER_HEARTBEAT)
+            .filter_map(|s| s.durable_object.clone())
             .collect();
         let evicted_slots = hosting.take_evicted(MAX_ISOLATES_PER_HEARTBEAT);
         let evicted = evicted_slots
@@ -172,92 +199,169 @@ impl Registry {
             .await
             .map_err(|s| anyhow!("get deployment: {}", s.message()))?
             .into_inner();
-        let scripts = resp
+        let scripts: HashMap<ScriptKey, DeployedScript> = resp
             .scripts
             .into_iter()
             .map(|s| {
                 (
-                    s.script,
-                    DeployedScript {
+                    ScriptKey {
                         account: s.account,
+                        script: s.script,
+                    },
+                    DeployedScript {
                         versions: s.versions,
                     },
                 )
             })
             .collect();
+        // Compiled modules no deployed version uses any more are dropped
+        // (live isolates keep theirs): the table stays as large as the
+        // deployment, not as everything ever deployed.
+        let deployed: std::collections::HashSet<&str> = scripts
+            .values()
+            .flat_map(|d| d.versions.iter().map(|v| v.wasm_sha256.as_str()))
+            .collect();
+        self.modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|hash, cell| deployed.contains(hash.as_str()) || !cell.initialized());
         *self.scripts.write().unwrap_or_else(|e| e.into_inner()) = scripts;
         *self.generation.lock().unwrap_or_else(|e| e.into_inner()) = resp.generation;
         Ok(())
     }
 
-    /// The deployment entry of `script`, refreshing once if it is unknown.
-    pub async fn script(&self, script: &str) -> Result<Option<DeployedScript>> {
-        if let Some(s) = self
-            .scripts
+    fn known(&self, script: &ScriptKey) -> Option<DeployedScript> {
+        self.scripts
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(script)
-        {
-            return Ok(Some(s.clone()));
-        }
-        self.refresh_deployment().await?;
-        Ok(self
-            .scripts
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(script)
-            .cloned())
+            .cloned()
     }
 
-    /// The compiled module of a version (fetched and compiled once per hash).
+    /// The deployment entry of `script`. An unknown one refetches the
+    /// deployment, but at most once per [`UNKNOWN_SCRIPT_REFRESH`] for all
+    /// unknown names together (issue 10: each request for an unknown name
+    /// cost one `GetDeployment`); a newly deployed script is also seen at
+    /// the next heartbeat.
+    pub async fn script(&self, script: &ScriptKey) -> Result<Option<DeployedScript>> {
+        if let Some(s) = self.known(script) {
+            return Ok(Some(s));
+        }
+        let mut last = self.unknown_refresh.lock().await;
+        if let Some(s) = self.known(script) {
+            return Ok(Some(s));
+        }
+        if last.is_some_and(|t| t.elapsed() < UNKNOWN_SCRIPT_REFRESH) {
+            return Ok(None);
+        }
+        let refreshed = self.refresh_deployment().await;
+        *last = Some(Instant::now());
+        refreshed?;
+        Ok(self.known(script))
+    }
+
+    /// The compiled module of a version (fetched and compiled once per
+    /// hash). No lock is held while fetching or compiling: requests for
+    /// other modules go on meanwhile.
     pub async fn version(
         &self,
         hosting: &Hosting,
-        script: &str,
-        account: &str,
+        key: &ScriptKey,
         version_id: &str,
         sha256: &str,
     ) -> Result<VersionRef> {
-        let mut modules = self.modules.lock().await;
-        let module = match modules.get(sha256).filter(|_| !sha256.is_empty()) {
-            Some(m) => m.clone(),
-            None => {
-                let resp = self
-                    .client
-                    .clone()
-                    .get_script_version(self.request(v1::GetScriptVersionRequest {
-                        version_id: version_id.into(),
-                    }))
-                    .await
-                    .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
-                    .into_inner();
-                let actual = hex::encode(Sha256::digest(&resp.wasm));
-                if !resp.wasm_sha256.is_empty() && actual != resp.wasm_sha256 {
-                    bail!(
-                        "version {version_id}: wasm bytes hash to {actual}, the control plane said {}",
-                        resp.wasm_sha256
-                    );
+        let cache_key = if sha256.is_empty() {
+            format!("version {version_id}")
+        } else {
+            sha256.to_owned()
+        };
+        let cell = self
+            .modules
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cache_key.clone())
+            .or_default()
+            .clone();
+        let module = match cell
+            .get_or_try_init(|| async {
+                // Also checked here: callers that waited on a fetch that
+                // failed would each fetch again otherwise.
+                self.recent_module_failure(&cache_key)?;
+                self.fetch_module(hosting, key, version_id, sha256).await
+            })
+            .await
+        {
+            Ok(m) => m.clone(),
+            Err(e) if e.is::<RecentFailure>() => return Err(e),
+            Err(e) => {
+                let why = crate::hosting::truncate(&format!("{e:#}"), 1024);
+                let mut failures = self
+                    .module_failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                failures.retain(|_, (at, _)| at.elapsed() < MODULE_FAILURE_TTL);
+                if failures.len() >= MAX_MODULE_FAILURES {
+                    failures.clear();
                 }
-                let runtime = hosting.runtime().clone();
-                let name = format!("{script}.wasm");
-                let wasm = resp.wasm;
-                let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
-                    .await
-                    .context("module compilation panicked")?
-                    .with_context(|| {
-                        format!("version {version_id} of {script} does not compile")
-                    })?;
-                let module = Arc::new(module);
-                modules.insert(actual, module.clone());
-                module
+                failures.insert(cache_key, (Instant::now(), why));
+                return Err(e);
             }
         };
         Ok(VersionRef {
-            account: account.into(),
-            script: script.into(),
+            key: key.clone(),
             version_id: version_id.into(),
             module,
         })
+    }
+
+    /// Fails with the remembered cause if the module failed to fetch or
+    /// compile less than [`MODULE_FAILURE_TTL`] ago.
+    fn recent_module_failure(&self, cache_key: &str) -> Result<(), RecentFailure> {
+        let failures = self
+            .module_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match failures.get(cache_key) {
+            Some((at, why)) if at.elapsed() < MODULE_FAILURE_TTL => Err(RecentFailure(format!(
+                "{why} ({} s ago; fetched again {} s after that)",
+                at.elapsed().as_secs(),
+                MODULE_FAILURE_TTL.as_secs()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    async fn fetch_module(
+        &self,
+        hosting: &Hosting,
+        key: &ScriptKey,
+        version_id: &str,
+        sha256: &str,
+    ) -> Result<Arc<edgeprof_sampler::Module>> {
+        let resp = self
+            .client
+            .clone()
+            .get_script_version(self.request(v1::GetScriptVersionRequest {
+                version_id: version_id.into(),
+            }))
+            .await
+            .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
+            .into_inner();
+        let actual = hex::encode(Sha256::digest(&resp.wasm));
+        let expected = [sha256, resp.wasm_sha256.as_str()];
+        if let Some(said) = expected.iter().find(|h| !h.is_empty() && **h != actual) {
+            bail!(
+                "version {version_id}: wasm bytes hash to {actual}, the control plane said {said}"
+            );
+        }
+        let runtime = hosting.runtime().clone();
+        let name = format!("{}.wasm", key.script);
+        let wasm = resp.wasm;
+        let module = tokio::task::spawn_blocking(move || runtime.load_module(&name, &wasm))
+            .await
+            .context("module compilation panicked")?
+            .with_context(|| format!("version {version_id} of {key} does not compile"))?;
+        Ok(Arc::new(module))
     }
 
     /// Where Durable Object `namespace:object_id` lives (placing it here
@@ -296,6 +400,11 @@ impl Registry {
         Ok((resp.into_inner(), sent))
     }
 }
+
+/// A module failed to fetch or compile moments ago (not fetched again yet).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RecentFailure(String);
 
 /// gRPC metadata key with which the control plane says, in milliseconds,
 /// when a refused placement is worth asking for again.

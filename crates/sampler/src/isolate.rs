@@ -93,6 +93,10 @@ pub(crate) struct HostState {
     sampler: CpuSampler,
     max_frames: usize,
     logs: Vec<String>,
+    /// Bytes in `logs`.
+    log_bytes: usize,
+    /// Lines dropped over [`MAX_LOG_LINES`] or [`MAX_LOG_BYTES`].
+    logs_dropped: usize,
 }
 
 impl ResourceLimiter for HostState {
@@ -115,9 +119,29 @@ impl ResourceLimiter for HostState {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    // One instance with one memory: the memory limit is then the limit of
+    // all the linear memory the isolate holds (issue 10: four memories of
+    // 120 MiB each got 514 MB of host RSS past a 128 MiB limit).
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
+
+/// Most tables in one isolate, and elements in one table.
+pub const MAX_TABLES: usize = 4;
+/// See [`MAX_TABLES`].
+pub const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 /// Frames of the wasm stack, leaf first, cut at `max_frames`, under
 /// `leaf` if given.
@@ -141,7 +165,10 @@ fn capture_stack(
     (stack, truncated)
 }
 
-const MAX_LOG_LINES: usize = 1000;
+/// Most log lines kept per request.
+pub const MAX_LOG_LINES: usize = 1000;
+/// Most log bytes kept per request (further lines are counted, not kept).
+pub const MAX_LOG_BYTES: usize = 64 << 10;
 
 /// A seed for one isolate's heap sampling thresholds, different for every
 /// isolate. std's `RandomState` takes its keys from the OS once per thread
@@ -196,14 +223,24 @@ fn linker(runtime: &Runtime) -> wasmtime::Result<Linker<HostState>> {
                 return;
             };
             let (ptr, len) = (ptr as u32 as usize, len as u32 as usize);
+            let st = caller.data();
+            let room = MAX_LOG_BYTES.saturating_sub(st.log_bytes);
+            if st.logs.len() >= MAX_LOG_LINES || room == 0 {
+                caller.data_mut().logs_dropped += 1;
+                return;
+            }
+            // Only what fits is copied out of guest memory.
+            let keep = len.min(room);
             let line = mem
                 .data(&caller)
                 .get(ptr..ptr.saturating_add(len))
-                .map(|b| String::from_utf8_lossy(b).into_owned());
+                .map(|b| String::from_utf8_lossy(&b[..keep]).into_owned());
             let st = caller.data_mut();
-            if let Some(line) = line
-                && st.logs.len() < MAX_LOG_LINES
-            {
+            if let Some(line) = line {
+                st.log_bytes += line.len();
+                if keep < len {
+                    st.logs_dropped += 1;
+                }
                 st.logs.push(line);
             }
         },
@@ -268,12 +305,18 @@ impl Isolate {
             ),
             max_frames: cfg.max_frames,
             logs: Vec::new(),
+            log_bytes: 0,
+            logs_dropped: 0,
         };
         let mut store = Store::new(&runtime.inner.engine, state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         if cfg.epoch_interruption {
-            // Far away until the first request sets it.
-            store.set_epoch_deadline(u64::MAX / 2);
+            // Start-up (the start function, `edgeprof_heap_seed`) is
+            // guest code like a request: it runs under the request CPU
+            // limit, so a module that loops while starting fails to start
+            // instead of holding its thread for ever.
+            store.data_mut().request_cpu_start = thread_cpu_nanos();
+            store.set_epoch_deadline(cfg.poll_ticks);
             store.epoch_deadline_callback(on_epoch_deadline);
         }
         store.call_hook(on_call_hook);
@@ -284,15 +327,24 @@ impl Isolate {
         };
         let mut linker = linker(runtime).map_err(instantiate_err)?;
         extra(&mut linker).map_err(instantiate_err)?;
-        let instance = linker
-            .instantiate(&mut store, &module.module)
-            .map_err(|e| match store.data().exceeded_memory {
-                Some(requested) => IsolateError::ExceededMemory {
+        // What a failed start-up call of guest code was: a limit, or `other`.
+        let start_err = |store: &Store<HostState>, other: IsolateError| {
+            if let Some(requested) = store.data().exceeded_memory {
+                IsolateError::ExceededMemory {
                     limit: limits.memory_bytes,
                     requested,
-                },
-                None => instantiate_err(e),
-            })?;
+                }
+            } else if store.data().cpu_exceeded {
+                IsolateError::ExceededCpu {
+                    limit: limits.cpu_per_request,
+                }
+            } else {
+                other
+            }
+        };
+        let instance = linker
+            .instantiate(&mut store, &module.module)
+            .map_err(|e| start_err(&store, instantiate_err(e)))?;
         let abi_err = |what: &str, e: wasmtime::Error| IsolateError::Abi {
             module: name.clone(),
             message: format!("{what}: {e:#}"),
@@ -318,7 +370,11 @@ impl Isolate {
             seed.typed::<i64, ()>(&store)
                 .map_err(|e| abi_err(SEED, e))?
                 .call(&mut store, heap_seed())
-                .map_err(|e| abi_err(SEED, e))?;
+                .map_err(|e| start_err(&store, abi_err(SEED, e)))?;
+        }
+        if cfg.epoch_interruption {
+            // Far away until the first request sets it.
+            store.set_epoch_deadline(u64::MAX / 2);
         }
         Ok(Isolate {
             store,
@@ -348,6 +404,8 @@ impl Isolate {
         self.begin_request();
         self.requests += 1;
         self.profiler.shared.record_request();
+        // Logs are per request: whatever the embedder did not take is gone.
+        self.clear_logs();
         let response = self.serve(request);
         self.end_request();
         response
@@ -476,10 +534,19 @@ impl Isolate {
         f.call(&mut self.store, ()).ok().map(|v| v as u64)
     }
 
-    /// Lines the worker logged through `edgeprof.log`, oldest first
-    /// (at most 1000 are kept).
-    pub fn take_logs(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.store.data_mut().logs)
+    /// Lines the worker logged through `edgeprof.log` during the last
+    /// request, oldest first: at most [`MAX_LOG_LINES`] lines and
+    /// [`MAX_LOG_BYTES`] bytes are kept (a longer line is cut), and the
+    /// number of lines dropped or cut.
+    pub fn take_logs(&mut self) -> (Vec<String>, usize) {
+        let st = self.store.data_mut();
+        let dropped = std::mem::take(&mut st.logs_dropped);
+        st.log_bytes = 0;
+        (std::mem::take(&mut st.logs), dropped)
+    }
+
+    fn clear_logs(&mut self) {
+        let _ = self.take_logs();
     }
 }
 

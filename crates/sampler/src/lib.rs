@@ -61,7 +61,9 @@ mod sampling;
 mod symbols;
 
 pub use edgeprof_guest_sdk::{Request, Response};
-pub use isolate::{Isolate, IsolateError, Limits};
+pub use isolate::{
+    Isolate, IsolateError, Limits, MAX_LOG_BYTES, MAX_LOG_LINES, MAX_TABLE_ELEMENTS, MAX_TABLES,
+};
 pub use profiler::{
     CaptureResult, MAX_INTERVAL, ProfileKind, ProfilerError, ProfilerHandle, SamplerLimits,
 };

@@ -61,6 +61,13 @@ pub struct SamplerLimits {
     pub max_samples: u64,
     /// Live sampled heap objects tracked per isolate.
     pub max_live_objects: usize,
+    /// Frames kept in all the distinct stacks of one capture, and of the
+    /// heap tracker: what bounds the buffers in bytes (issue 10: 20 000
+    /// stacks of 4 096 frames were allowed, hundreds of MiB; a frame costs
+    /// 24 bytes, twice in the heap tracker, so the default bounds a capture
+    /// to 6 MiB and the heap tracker to 12 MiB). A new stack that would
+    /// pass it is dropped and counted.
+    pub max_frames_kept: usize,
 }
 
 impl Default for SamplerLimits {
@@ -69,6 +76,7 @@ impl Default for SamplerLimits {
             max_stacks: 20_000,
             max_samples: 1_000_000,
             max_live_objects: 100_000,
+            max_frames_kept: 1 << 18,
         }
     }
 }
@@ -102,6 +110,8 @@ struct Capture {
     dropped: u64,
     truncated: u64,
     requests: u64,
+    /// Frames in the keys of `cpu`.
+    frames: usize,
     /// Time the CPU sample path took, stack capture to insert.
     sample_nanos: u64,
 }
@@ -112,6 +122,8 @@ struct HeapTracker {
     stack_ids: FxHashMap<Stack, u32>,
     live: FxHashMap<u32, LiveObject>,
     dropped: u64,
+    /// Frames in `stacks`.
+    frames: usize,
 }
 
 #[derive(Debug, Default)]
@@ -202,11 +214,14 @@ impl ProfilerShared {
                 v.count += 1;
                 v.nanos = v.nanos.saturating_add(nanos as i64);
             }
-            None if len >= self.limits.max_stacks => {
+            None if len >= self.limits.max_stacks
+                || c.frames + stack.len() > self.limits.max_frames_kept =>
+            {
                 c.dropped += 1;
                 return;
             }
             None => {
+                c.frames += stack.len();
                 c.cpu.insert(
                     stack,
                     CpuValue {
@@ -242,7 +257,9 @@ impl ProfilerShared {
         let heap = &mut b.heap;
         let id = match heap.stack_ids.get(&stack) {
             Some(&id) => id,
-            None if heap.stacks.len() >= self.limits.max_stacks => {
+            None if heap.stacks.len() >= self.limits.max_stacks
+                || heap.frames + stack.len() > self.limits.max_frames_kept =>
+            {
                 heap.dropped += 1;
                 if b.capture.kind == Some(ProfileKind::Heap) {
                     b.capture.dropped += 1;
@@ -251,6 +268,7 @@ impl ProfilerShared {
             }
             None => {
                 let id = heap.stacks.len() as u32;
+                heap.frames += stack.len();
                 heap.stacks.push(stack.clone());
                 heap.stack_ids.insert(stack, id);
                 id
@@ -624,5 +642,46 @@ impl Symbolizer<'_> {
         };
         self.locations.insert(frame, id);
         id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(func: u32, depth: usize) -> Stack {
+        (0..depth)
+            .map(|i| RawFrame::Wasm {
+                func,
+                offset: i as u32,
+            })
+            .collect()
+    }
+
+    /// Regression test for issue 10: the buffers were bounded in stacks
+    /// only (20 000 stacks of up to 4 096 frames each).
+    #[test]
+    fn new_stacks_past_the_frame_bound_are_dropped_and_counted() {
+        let shared = ProfilerShared::new(SamplerLimits {
+            max_frames_kept: 10,
+            ..SamplerLimits::default()
+        });
+        {
+            let mut b = shared.lock();
+            b.capture.kind = Some(ProfileKind::Cpu);
+            b.capture.generation = 1;
+        }
+        shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
+        shared.record_cpu(1, stack(2, 6), 1, false, Instant::now());
+        shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
+        shared.record_alloc(8, 16, stack(3, 6), false);
+        shared.record_alloc(16, 16, stack(4, 6), false);
+        let b = shared.lock();
+        assert_eq!((b.capture.cpu.len(), b.capture.frames), (1, 6));
+        assert_eq!((b.capture.samples, b.capture.dropped), (2, 1));
+        assert_eq!(
+            (b.heap.stacks.len(), b.heap.frames, b.heap.dropped),
+            (1, 6, 1)
+        );
     }
 }

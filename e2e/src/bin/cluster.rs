@@ -195,7 +195,9 @@ fn main() -> Result<()> {
                 id
             }
         };
-        scripts.push(json!({"script": script, "version": id, "wasm": file}));
+        scripts.push(
+            json!({"script": script, "account": cluster.account, "version": id, "wasm": file}),
+        );
     }
     for s in scripts.iter_mut() {
         let script = s["script"].as_str().unwrap_or_default().to_owned();
@@ -224,7 +226,17 @@ fn main() -> Result<()> {
 
     if traffic.is_some() {
         eprintln!("edgeprof-cluster: waiting until every script serves traffic…");
-        if let Err(e) = cluster.wait_serving(&args.mix.scripts(), Duration::from_secs(90)) {
+        // A script on every machine (the printed `edgeprof targets` lists
+        // them all); a Durable Object's script where its objects live.
+        let (objects, scripts): (Vec<&str>, Vec<&str>) = args
+            .mix
+            .scripts()
+            .into_iter()
+            .partition(|s| *s == "counter-object");
+        let waited = cluster
+            .wait_serving_everywhere(&scripts, Duration::from_secs(90))
+            .and_then(|()| cluster.wait_serving(&objects, Duration::from_secs(90)));
+        if let Err(e) = waited {
             eprintln!(
                 "edgeprof-cluster: warning: {e:#}; captures may answer \"no recent executions\" for a while"
             );
@@ -279,6 +291,7 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
             .map(str::to_owned)
     };
     let counter = &counter_ids()[0];
+    let first_machine = &cluster.data_centers[0].machines[0];
     let mut c = vec![
         (
             "point the CLI at this edge",
@@ -286,6 +299,10 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
                 "export PATH=\"{bin}:$PATH\" EDGEPROF_URL={} EDGEPROF_TOKEN={} EDGEPROF_ACCOUNT={}",
                 cluster.url, cluster.token, cluster.account
             ),
+        ),
+        (
+            "one request to json-gateway, by its host {script}.{account}.localhost on the first machine",
+            format!("curl -fsS {}/", first_machine.worker_url("json-gateway", &cluster.account)),
         ),
         (
             "where json-gateway runs, per machine and version, with memory",

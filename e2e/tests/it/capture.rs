@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use edgeprof_e2e::cluster::worker_host;
 use edgeprof_e2e::traffic::Target;
 use edgeprof_e2e::{Cluster, ClusterOptions, Traffic, TrafficMix};
 
@@ -131,7 +132,7 @@ fn fleet_capture_covers_every_serving_machine_and_no_other() {
     let (_, machine) = cluster.machines().next().unwrap();
     let client = reqwest::blocking::Client::new();
     let metrics = client
-        .get(format!("{}/metrics", machine.http))
+        .get(format!("{}/metrics", machine.operator))
         .send()
         .unwrap()
         .text()
@@ -147,7 +148,10 @@ fn fleet_capture_covers_every_serving_machine_and_no_other() {
         "{metrics}"
     );
     let native = client
-        .get(format!("{}/debug/pprof/profile?seconds=1", machine.http))
+        .get(format!(
+            "{}/debug/pprof/profile?seconds=1",
+            machine.operator
+        ))
         .send()
         .unwrap();
     assert!(
@@ -157,6 +161,15 @@ fn fleet_capture_covers_every_serving_machine_and_no_other() {
     );
     let native =
         edgeprof_pprof::decode(&native.bytes().unwrap()).expect("the agent's own profile decodes");
+    // Regression test for issue 10: they answered anyone on the worker port.
+    for path in ["/metrics", "/debug/pprof/profile?seconds=1"] {
+        let status = client
+            .get(format!("{}{path}", machine.http))
+            .send()
+            .unwrap()
+            .status();
+        assert_eq!(status, 404, "{path} on the worker port");
+    }
     assert_eq!(
         edgeprof_pprof::sample_types(&native),
         [("samples", "count"), ("cpu", "nanoseconds")]
@@ -178,6 +191,7 @@ fn durable_object_lives_in_one_isolate_and_its_capture_names_it() {
     for (i, base) in machines.iter().cycle().take(6).enumerate() {
         let r = client
             .post(format!("{base}/do/counter-object/{id}/increment"))
+            .header("host", worker_host("counter-object", &cluster.account))
             .send()
             .unwrap();
         assert!(
@@ -306,7 +320,8 @@ fn killed_agent_gives_partial_naming_it_and_exit_3() {
     let http = reqwest::blocking::Client::new();
     for (_, m) in cluster.machines().filter(|(_, m)| m.id != "sjc-m02") {
         let status = http
-            .get(format!("{}/json-gateway/", m.http))
+            .get(format!("{}/", m.http))
+            .header("host", worker_host("json-gateway", &cluster.account))
             .send()
             .map(|r| r.status().as_u16());
         assert_eq!(status.ok(), Some(200), "{} still serves", m.id);

@@ -213,6 +213,15 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
         assert!(!doc[key].is_null(), "cluster.json has `{key}`: {doc}");
     }
     assert_eq!(doc["data_centers"].as_array().unwrap().len(), 2);
+    // Each script says its account; each machine an example worker URL.
+    assert_eq!(doc["scripts"][0]["account"], doc["account"], "{doc}");
+    let url = doc["data_centers"][0]["machines"][0]["url"]
+        .as_str()
+        .unwrap();
+    assert!(
+        url.starts_with("http://json-gateway.dev.localhost:"),
+        "{url}"
+    );
     let weights: Vec<(String, u64)> = doc["scripts"]
         .as_array()
         .unwrap()

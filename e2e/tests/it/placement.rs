@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use edgeprof_e2e::cluster::worker_host;
 use edgeprof_e2e::{Cluster, ClusterOptions};
 
 use crate::{state_dir, worker};
@@ -20,6 +21,7 @@ fn increment(
 ) -> (u16, String, Option<u64>) {
     match client
         .post(format!("{base}/do/counter-object/{id}/increment"))
+        .header("host", worker_host("counter-object", "dev"))
         .send()
     {
         Ok(r) => {

@@ -183,7 +183,9 @@ fn host_calls_appear_as_host_frames_under_the_calling_function() {
         .find(|st| st.first().map(|f| f.function) == Some("[host] edgeprof.log"))
         .expect("a [host] edgeprof.log sample");
     assert_eq!(host_stack[1].function, "chatty");
-    assert_eq!(iso.take_logs().len(), 1000, "log lines are capped at 1000");
+    let (lines, dropped) = iso.take_logs();
+    assert_eq!(lines.len(), 1000, "log lines are capped at 1000");
+    assert_eq!(dropped, 199_000);
 }
 
 #[test]

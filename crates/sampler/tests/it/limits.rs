@@ -99,3 +99,89 @@ fn a_module_without_the_abi_is_refused_with_the_missing_export() {
         "{err}"
     );
 }
+
+/// Regression test for issue 10: a start function (or `edgeprof_heap_seed`)
+/// that loops ran with no CPU deadline, so instantiating it never returned.
+#[test]
+fn start_up_that_loops_is_stopped_at_the_request_cpu_limit() {
+    let rt = runtime();
+    let limits = Limits {
+        cpu_per_request: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let forever = r#"(loop $l (call $spin (i32.const 1000)) (br $l))"#;
+    let handle = r#"(func (export "edgeprof_handle") (param i32 i32) (result i64) (i64.const 12))"#;
+    let cases = [
+        (
+            "start.wat",
+            format!("(func $start {forever}) (start $start) {handle}"),
+        ),
+        (
+            "seed.wat",
+            format!(r#"(func (export "edgeprof_heap_seed") (param i64) {forever}) {handle}"#),
+        ),
+    ];
+    for (name, body) in cases {
+        let m = load(&rt, name, &worker(&body));
+        let started = std::time::Instant::now();
+        let err = Isolate::new(&rt, &m, limits).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Exceeded CPU: the request ran past its CPU-time limit of 100ms",
+            "{name}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: stopped only after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// Regression test for issue 10: four memories of 120 MiB each got 514 MB
+/// of host RSS past a 128 MiB limit that each memory alone respected.
+#[test]
+fn a_module_with_more_than_one_memory_does_not_start() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "memories.wat",
+        r#"(module
+  (memory (export "memory") 1)
+  (memory $b 1920) (memory $c 1920) (memory $d 1920)
+  (func (export "edgeprof_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64) (i64.const 12)))"#,
+    );
+    let err = Isolate::new(&rt, &m, Limits::default()).unwrap_err();
+    assert!(err.to_string().contains("memory count too high"), "{err}");
+}
+
+/// Regression test for issue 10: a worker logging 64 MiB a request grew the
+/// agent by 655 MB in 10 requests (the cap counted lines, not bytes, and
+/// logs were never drained).
+#[test]
+fn logs_are_bounded_in_bytes_and_per_request() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "loud.wat",
+        r#"(module
+  (import "edgeprof" "log" (func $log (param i32 i32)))
+  (memory (export "memory") 1100)
+  (data (i32.const 0) "\c8\00\00\00\00\00\00\00\00\00\00\00")
+  (func (export "edgeprof_alloc") (param i32) (result i32) (i32.const 1024))
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $log (i32.const 16) (i32.const 67108864))
+    (call $log (i32.const 16) (i32.const 16))
+    (i64.const 12)))"#,
+    );
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    for _ in 0..3 {
+        iso.handle(&Request::get("/")).unwrap();
+    }
+    // Only the last request's logs are held, and only MAX_LOG_BYTES of them.
+    let (lines, dropped) = iso.take_logs();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].len(), edgeprof_sampler::MAX_LOG_BYTES);
+    assert_eq!(dropped, 2, "the cut line and the one after it");
+}

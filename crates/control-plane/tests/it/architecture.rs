@@ -1,7 +1,8 @@
 //! The module map of docs/architecture.md, checked: imports inside the
 //! crate follow `store ← fleet ← capture ← {api, registry}` (leaf modules
 //! usable by all, `server` above `api`), so there is no circle and `fleet`
-//! never imports `api`; and no source file is over 600 lines.
+//! never imports `api`; and no file of the crate (sources and tests) is
+//! over 600 lines.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,22 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
         } else if p.extension().is_some_and(|x| x == "rs") {
             out.push(p);
         }
+    }
+}
+
+#[test]
+fn test_files_stay_small_too() {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut files = Vec::new();
+    sources(&tests, &mut files);
+    assert!(!files.is_empty());
+    for f in &files {
+        let lines = std::fs::read_to_string(f).unwrap().lines().count();
+        assert!(
+            lines <= 600,
+            "{} has {lines} lines (at most 600)",
+            f.strip_prefix(&tests).unwrap().display()
+        );
     }
 }
 

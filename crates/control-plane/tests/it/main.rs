@@ -2,6 +2,7 @@
 //! PostgreSQL, real tonic servers standing in for agents (see `support`).
 
 mod abuse;
+mod admission;
 mod api;
 mod architecture;
 mod capture;

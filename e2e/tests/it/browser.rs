@@ -204,15 +204,32 @@ impl Browser {
         }
     }
 
-    /// Clicks the centre of the element `selector`.
+    /// Clicks the centre of the element `selector`, once nothing else
+    /// (a tooltip, a panel still laying out) covers that point: a real
+    /// click there would otherwise land on whatever is on top.
     pub fn click(&mut self, selector: &str) {
-        let r = self.eval(&format!(
-            "(() => {{ const e = document.querySelector({selector:?}); if (!e) return null; \
-             e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect(); \
-             return [r.left + r.width / 2, r.top + r.height / 2]; }})()"
-        ));
-        assert!(r.is_array(), "no element {selector} to click");
-        self.click_at(r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+        let start = Instant::now();
+        loop {
+            let r = self.eval(&format!(
+                "(() => {{ const e = document.querySelector({selector:?}); if (!e) return null; \
+                 e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect(); \
+                 const x = r.left + r.width / 2, y = r.top + r.height / 2; \
+                 const top = document.elementFromPoint(x, y); \
+                 const hit = !!top && (e.contains(top) || top.contains(e) && top.tagName === 'LABEL'); \
+                 return [x, y, hit, top ? top.outerHTML.slice(0, 120) : 'nothing']; }})()"
+            ));
+            assert!(r.is_array(), "no element {selector} to click");
+            if r[2] == json!(true) {
+                self.click_at(r[0].as_f64().unwrap(), r[1].as_f64().unwrap());
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{selector} stayed covered by {} for 10 s",
+                r[3]
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Focuses `selector`, selects its content and types `text` over it

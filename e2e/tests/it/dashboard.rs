@@ -622,6 +622,11 @@ fn search_shares(b: &mut Browser, profile: &Profile) {
     // As a regular expression: an alternation the substring search cannot do.
     b.eval("document.getElementById('search').value = ''");
     b.click("#search-regex");
+    b.wait_for_within(
+        "document.getElementById('search-regex').checked",
+        WAIT,
+        PAGE,
+    );
     let pattern = "^json_gateway::(replacer|serialize)$";
     let regex = wait_share(b, pattern);
     let expect = share_of(profile, |f| {
@@ -639,6 +644,11 @@ fn search_shares(b: &mut Browser, profile: &Profile) {
         PAGE,
     );
     b.click("#search-regex");
+    b.wait_for_within(
+        "document.getElementById('search-regex').checked",
+        WAIT,
+        PAGE,
+    );
     b.type_into("#search", "(");
     let refused = b.wait_for_within(
         "document.getElementById('search-share').textContent.startsWith('invalid regular expression') && \

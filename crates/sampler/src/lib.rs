@@ -63,6 +63,7 @@ mod symbols;
 pub use edgeprof_guest_sdk::{Request, Response};
 pub use isolate::{
     Isolate, IsolateError, Limits, MAX_LOG_BYTES, MAX_LOG_LINES, MAX_TABLE_ELEMENTS, MAX_TABLES,
+    TABLE_ELEMENT_BYTES,
 };
 pub use profiler::{
     CaptureResult, MAX_INTERVAL, ProfileKind, ProfilerError, ProfilerHandle, SamplerLimits,

@@ -132,6 +132,26 @@ struct Buffers {
     heap: HeapTracker,
 }
 
+impl Buffers {
+    /// What the buffers hold, in bytes, from their counts (an estimate of
+    /// the allocations: entries and frames, not the maps' spare capacity).
+    fn bytes(&self) -> u64 {
+        use std::mem::size_of;
+        let frame = size_of::<RawFrame>();
+        let stack = size_of::<Stack>();
+        let c = &self.capture;
+        let capture = c.frames * frame
+            + c.cpu.len() * (stack + size_of::<CpuValue>())
+            + c.heap.len() * (size_of::<u32>() + size_of::<HeapValue>());
+        let h = &self.heap;
+        // Each stack is kept twice: in the list and as the map's key.
+        let heap = 2 * h.frames * frame
+            + h.stacks.len() * (2 * stack + size_of::<u32>())
+            + h.live.len() * (size_of::<u32>() + size_of::<LiveObject>());
+        (capture + heap) as u64
+    }
+}
+
 /// The state one isolate shares with its handles.
 #[derive(Debug)]
 pub(crate) struct ProfilerShared {
@@ -139,6 +159,9 @@ pub(crate) struct ProfilerShared {
     generation: AtomicU64,
     interval_ticks: AtomicU64,
     max_lock_wait_nanos: AtomicU64,
+    /// [`Buffers::bytes`] as of the last change, read without the lock
+    /// (the memory view counts it).
+    held_bytes: AtomicU64,
     buffers: Mutex<Buffers>,
     limits: SamplerLimits,
 }
@@ -150,6 +173,7 @@ impl ProfilerShared {
             generation: AtomicU64::new(0),
             interval_ticks: AtomicU64::new(1),
             max_lock_wait_nanos: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
             buffers: Mutex::new(Buffers::default()),
             limits,
         }
@@ -184,6 +208,15 @@ impl ProfilerShared {
         self.buffers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn update_held(&self, b: &Buffers) {
+        self.held_bytes.store(b.bytes(), Ordering::Relaxed);
+    }
+
+    /// What the profiler's buffers hold for this isolate, in bytes.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+
     /// Records a CPU sample of `nanos` for `stack` if capture `generation`
     /// is still the active CPU capture; the sample path began at `started`.
     pub(crate) fn record_cpu(
@@ -199,8 +232,12 @@ impl ProfilerShared {
         if c.kind != Some(ProfileKind::Cpu) || c.generation != generation {
             return;
         }
+        let stacks = c.cpu.len();
         self.insert_cpu(c, stack, nanos, truncated);
         c.sample_nanos += started.elapsed().as_nanos() as u64;
+        if c.cpu.len() != stacks {
+            self.update_held(&b);
+        }
     }
 
     fn insert_cpu(&self, c: &mut Capture, stack: Stack, nanos: u64, truncated: bool) {
@@ -290,11 +327,15 @@ impl ProfilerShared {
                 c.truncated += 1;
             }
         }
+        self.update_held(b);
     }
 
     /// The free of a sampled pointer.
     pub(crate) fn record_free(&self, ptr: u32) {
-        self.lock_for_sample().heap.live.remove(&ptr);
+        let mut b = self.lock_for_sample();
+        if b.heap.live.remove(&ptr).is_some() {
+            self.update_held(&b);
+        }
     }
 }
 
@@ -390,6 +431,7 @@ impl ProfilerHandle {
             started: Some((Instant::now(), SystemTime::now())),
             ..Capture::default()
         };
+        self.shared.update_held(&b);
         self.shared.interval_ticks.store(ticks, Ordering::Relaxed);
         self.shared.generation.store(generation, Ordering::Release);
         self.shared.state.store(kind.code(), Ordering::Release);
@@ -433,6 +475,7 @@ impl ProfilerHandle {
             } else {
                 None
             };
+            self.shared.update_held(&b);
             (capture, live)
         };
         Ok(self.symbolize(capture, live))

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use edgeprof_sampler::{EvictionReason, Isolate, IsolateError, Limits, Request};
+use edgeprof_sampler::{EvictionReason, Isolate, IsolateError, Limits, ProfileKind, Request};
 
 use crate::support::{load, runtime, worker};
 
@@ -184,4 +184,44 @@ fn logs_are_bounded_in_bytes_and_per_request() {
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0].len(), edgeprof_sampler::MAX_LOG_BYTES);
     assert_eq!(dropped, 2, "the cut line and the one after it");
+}
+
+/// What the memory view reports is what the host holds for an isolate, not
+/// only its linear memory: an unexported table of 100 k elements and the
+/// profiler's buffers count too (issue 10: the view said 120 MiB while the
+/// host held 514 MB).
+#[test]
+fn host_bytes_count_tables_and_profiler_buffers_beyond_linear_memory() {
+    let rt = runtime();
+    let m = load(
+        &rt,
+        "table.wat",
+        &worker(
+            r#"(table 100000 funcref)
+  (func (export "edgeprof_handle") (param i32 i32) (result i64)
+    (call $spin (i32.const 3000000)) (i64.const 12))"#,
+        ),
+    );
+    let mut iso = Isolate::new(&rt, &m, Limits::default()).unwrap();
+    let table = (100_000 * edgeprof_sampler::TABLE_ELEMENT_BYTES) as u64;
+    assert_eq!(iso.memory_bytes(), 2 * 65536);
+    assert_eq!(iso.host_bytes(), 2 * 65536 + table);
+    iso.handle(&Request::get("/")).unwrap();
+    let idle = iso.host_bytes();
+    assert_eq!(idle, 2 * 65536 + table, "nothing held between requests");
+
+    let prof = iso.profiler();
+    prof.start(ProfileKind::Cpu, Duration::from_millis(1))
+        .unwrap();
+    for _ in 0..4 {
+        iso.handle(&Request::get("/")).unwrap();
+    }
+    let during = iso.host_bytes();
+    assert!(
+        during > idle,
+        "a capture's samples are counted: {during} bytes during, {idle} before"
+    );
+    let cap = prof.stop().unwrap();
+    assert!(cap.samples > 0);
+    assert_eq!(iso.host_bytes(), idle, "a finished capture holds nothing");
 }

@@ -221,8 +221,10 @@ impl Slot {
         self.last_request_ms.load(Ordering::Relaxed)
     }
 
-    /// Linear memory in use, as of the last request; for an isolate
-    /// evicted for exceeding memory, the size it tried to grow to.
+    /// What the host holds for the isolate as of its last request
+    /// ([`edgeprof_sampler::Isolate::host_bytes`]: linear memory, tables,
+    /// kept logs, profiler buffers); for an isolate evicted for exceeding
+    /// memory, the linear memory size it tried to grow to.
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes.load(Ordering::Relaxed)
     }
@@ -578,34 +580,16 @@ impl Hosting {
     }
 
     /// A heartbeat sent at `sent` listing `listed` was acknowledged with
-    /// `lease`, naming `elsewhere` (`namespace:id`) as now placed on other
-    /// machines. A name that matches one listed object drops it; one that
-    /// matches several (same namespace and id in two accounts or scripts)
-    /// cannot say which moved, so all of them are fenced and ask the control
-    /// plane on their next request (which keeps the one still placed here).
+    /// `lease`, naming `elsewhere` as now placed on other machines: those
+    /// are dropped, the other listed ones renewed.
     pub fn durable_objects_renewed(
         &self,
         listed: &[ObjectKey],
-        elsewhere: &[String],
+        elsewhere: &[ObjectKey],
         sent: Instant,
         lease: Duration,
     ) {
-        let mut moved = Vec::new();
-        let mut ambiguous = Vec::new();
-        for name in elsewhere {
-            let matching: Vec<&ObjectKey> = listed.iter().filter(|k| &k.wire() == name).collect();
-            match matching.as_slice() {
-                [one] => moved.push((*one).clone()),
-                many => ambiguous.extend(many.iter().map(|k| (*k).clone())),
-            }
-        }
-        let mut objects = self.lock_objects();
-        let dropped = objects.renewed(listed, &moved, sent, lease);
-        let now = Instant::now();
-        for k in &ambiguous {
-            objects.fence(k, now);
-        }
-        drop(objects);
+        let dropped = self.lock_objects().renewed(listed, elsewhere, sent, lease);
         for (key, old) in dropped {
             tracing::info!(object = %key, isolate = %old.slot.id, "durable object placed elsewhere: dropped");
             old.slot.retire();
@@ -775,7 +759,7 @@ fn start_isolate(
         Ok(isolate) => {
             let _ = slot.profiler.set(isolate.profiler());
             slot.memory_bytes
-                .store(isolate.memory_bytes() as u64, Ordering::Relaxed);
+                .store(isolate.host_bytes(), Ordering::Relaxed);
             Some(isolate)
         }
         Err(e) => {
@@ -907,7 +891,7 @@ fn serve_loop(
         // the size it tried to reach: that is the demand the limit cut off.
         let memory = match &result {
             Err(IsolateError::ExceededMemory { requested, .. }) => *requested as u64,
-            _ => isolate.memory_bytes() as u64,
+            _ => isolate.host_bytes(),
         };
         slot.memory_bytes.store(memory, Ordering::Relaxed);
         counters.metrics.request(result.is_ok(), started.elapsed());

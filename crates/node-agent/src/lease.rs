@@ -167,15 +167,6 @@ impl<K: Hash + Eq + Clone, T> Leases<K, T> {
         self.objects.remove(key).map(|e| e.value)
     }
 
-    /// Ends `key`'s lease now: it is served again only once a call
-    /// confirms it (a heartbeat answer that may name it could not be told
-    /// apart from another object's).
-    pub fn fence(&mut self, key: &K, now: Instant) {
-        if let Some(e) = self.objects.get_mut(key) {
-            e.until = e.until.min(now);
-        }
-    }
-
     /// Drops every object `drop` says to, returning them.
     pub fn remove_where(&mut self, mut drop: impl FnMut(&K, &T) -> bool) -> Vec<(K, T)> {
         let keys: Vec<K> = self

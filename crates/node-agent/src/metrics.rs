@@ -161,7 +161,7 @@ impl Metrics {
         let _ = writeln!(out, "edgeprof_agent_isolates {isolates}");
         let _ = writeln!(
             out,
-            "# HELP edgeprof_agent_isolate_memory_bytes Linear memory of all isolates."
+            "# HELP edgeprof_agent_isolate_memory_bytes Host bytes held for all isolates (linear memory, tables, logs, profiler buffers)."
         );
         let _ = writeln!(out, "# TYPE edgeprof_agent_isolate_memory_bytes gauge");
         let _ = writeln!(out, "edgeprof_agent_isolate_memory_bytes {memory_bytes}");

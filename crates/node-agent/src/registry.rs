@@ -175,9 +175,21 @@ impl Registry {
                 bail!("heartbeat: {}", s.message());
             }
         };
+        let elsewhere: Vec<ObjectKey> = resp
+            .durable_objects_elsewhere
+            .into_iter()
+            .map(|d| ObjectKey {
+                script: ScriptKey {
+                    account: d.account,
+                    script: d.script,
+                },
+                namespace: d.namespace,
+                id: d.object_id,
+            })
+            .collect();
         hosting.durable_objects_renewed(
             &listed,
-            &resp.durable_objects_elsewhere,
+            &elsewhere,
             sent,
             Duration::from_millis(u64::from(resp.durable_object_lease_ms)),
         );

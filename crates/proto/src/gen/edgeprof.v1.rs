@@ -44,6 +44,8 @@ pub struct IsolateStatus {
     /// Durable Objects hosted by this isolate, "namespace:id".
     #[prost(string, repeated, tag = "7")]
     pub durable_objects: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// What the host holds for the isolate: linear memory, table elements,
+    /// kept log bytes and the profiler's buffers.
     #[prost(uint64, tag = "8")]
     pub memory_bytes: u64,
     #[prost(uint64, tag = "9")]
@@ -68,7 +70,7 @@ pub struct HeartbeatRequest {
     #[prost(message, repeated, tag = "4")]
     pub evicted: ::prost::alloc::vec::Vec<IsolateStatus>,
 }
-#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HeartbeatResponse {
     /// Bumped when the deployment changes, so agents refetch it.
     #[prost(uint64, tag = "1")]
@@ -77,12 +79,22 @@ pub struct HeartbeatResponse {
     /// the agent from when it sent this heartbeat.
     #[prost(uint32, tag = "2")]
     pub durable_object_lease_ms: u32,
-    /// Durable Objects this heartbeat listed ("namespace:id") that are now
-    /// placed on another machine: the agent drops them.
-    #[prost(string, repeated, tag = "3")]
-    pub durable_objects_elsewhere: ::prost::alloc::vec::Vec<
-        ::prost::alloc::string::String,
-    >,
+    /// Durable Objects this heartbeat listed that are now placed on another
+    /// machine: the agent drops them.
+    #[prost(message, repeated, tag = "4")]
+    pub durable_objects_elsewhere: ::prost::alloc::vec::Vec<DurableObjectRef>,
+}
+/// One Durable Object, named in full: it belongs to one account's script.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DurableObjectRef {
+    #[prost(string, tag = "1")]
+    pub account: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub script: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub namespace: ::prost::alloc::string::String,
+    #[prost(string, tag = "4")]
+    pub object_id: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct GetDeploymentRequest {

@@ -69,6 +69,10 @@ pub struct Config {
     /// (see [`fleet::lease_ended`]); `None`: [`fleet::DEFAULT_LEASE_INTERVALS`]
     /// heartbeat intervals.
     pub durable_object_lease: Option<Duration>,
+    /// A Durable Object placement no machine has placed, confirmed or
+    /// listed for this long is deleted (the object itself went with its
+    /// isolate, reclaimed when idle); its next request places it afresh.
+    pub durable_object_ttl: Duration,
     /// Extra time given to agents beyond a capture's duration.
     pub capture_slack: Duration,
     /// Most concurrent captures of one script.
@@ -96,6 +100,13 @@ pub struct Config {
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How often retention runs.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
+/// Default of [`Config::durable_object_ttl`].
+pub const DEFAULT_DURABLE_OBJECT_TTL: Duration = Duration::from_secs(3600);
+/// Shortest [`Config::durable_object_ttl`]: ten times
+/// [`registry::TOUCH_EVERY`], how often heartbeats mark listed objects seen.
+pub const MIN_DURABLE_OBJECT_TTL: Duration = Duration::from_secs(600);
+/// Placements deleted per statement by the Durable Object sweep.
+pub const DURABLE_OBJECT_SWEEP_BATCH: usize = 500;
 
 impl Config {
     /// Defaults for everything but the database and secret.
@@ -107,6 +118,7 @@ impl Config {
             agent_secret: agent_secret.into(),
             heartbeat_interval: Duration::from_secs(5),
             durable_object_lease: None,
+            durable_object_ttl: DEFAULT_DURABLE_OBJECT_TTL,
             capture_slack: Duration::from_secs(2),
             max_captures_per_script: 2,
             max_wasm_bytes: 64 << 20,
@@ -157,6 +169,16 @@ impl Config {
                     lease.as_millis()
                 );
             }
+        }
+        if self.durable_object_ttl < MIN_DURABLE_OBJECT_TTL
+            || self.durable_object_ttl < 2 * self.durable_object_lease()
+        {
+            anyhow::bail!(
+                "durable object ttl: at least {} min and twice the lease ({} ms) (got {} s)",
+                MIN_DURABLE_OBJECT_TTL.as_secs() / 60,
+                self.durable_object_lease().as_millis(),
+                self.durable_object_ttl.as_secs()
+            );
         }
         if self.capture_slack > Duration::from_secs(60) {
             anyhow::bail!("capture slack: at most 60 s (got {:?})", self.capture_slack);
@@ -210,9 +232,10 @@ pub struct ControlPlane {
     /// Whether the REST API is served over TLS.
     pub tls: bool,
     retention: Option<Duration>,
+    durable_object_ttl: Duration,
     http_task: tokio::task::JoinHandle<()>,
     grpc_task: tokio::task::JoinHandle<()>,
-    retention_task: Option<tokio::task::JoinHandle<()>>,
+    housekeeping_task: tokio::task::JoinHandle<()>,
 }
 
 impl ControlPlane {
@@ -302,18 +325,23 @@ impl ControlPlane {
                 tracing::error!("gRPC server: {e}");
             }
         });
-        let retention_task = config.retention.map(|retention| {
-            let store = store.clone();
-            let clock = config.clock.clone();
+        let housekeeping_task = {
+            let (store, clock) = (store.clone(), config.clock.clone());
+            let (retention, ttl) = (config.retention, config.durable_object_ttl);
             tokio::spawn(async move {
                 loop {
-                    if let Err(e) = sweep(&store, retention, clock.now_ms()).await {
+                    if let Some(retention) = retention
+                        && let Err(e) = sweep(&store, retention, clock.now_ms()).await
+                    {
                         tracing::error!("retention: {e:#}");
+                    }
+                    if let Err(e) = sweep_durable_objects(&store, ttl, clock.now_ms()).await {
+                        tracing::error!("durable object placements: {e:#}");
                     }
                     tokio::time::sleep(RETENTION_INTERVAL).await;
                 }
             })
-        });
+        };
         Ok(ControlPlane {
             http_addr,
             grpc_addr,
@@ -324,9 +352,10 @@ impl ControlPlane {
             clock: config.clock.clone(),
             tls: serving_tls,
             retention: config.retention,
+            durable_object_ttl: config.durable_object_ttl,
             http_task,
             grpc_task,
-            retention_task,
+            housekeeping_task,
         })
     }
 
@@ -337,6 +366,12 @@ impl ControlPlane {
             Some(r) => sweep(&self.store, r, self.clock.now_ms()).await,
             None => Ok(store::Deleted::default()),
         }
+    }
+
+    /// Deletes Durable Object placements unseen for the time to live now
+    /// (as the background task does every [`RETENTION_INTERVAL`]); how many.
+    pub async fn sweep_durable_objects(&self) -> Result<u64> {
+        sweep_durable_objects(&self.store, self.durable_object_ttl, self.clock.now_ms()).await
     }
 
     /// Waits until a server stops (which only happens on an error).
@@ -352,9 +387,7 @@ impl ControlPlane {
     pub fn stop(&self) {
         self.http_task.abort();
         self.grpc_task.abort();
-        if let Some(t) = &self.retention_task {
-            t.abort();
-        }
+        self.housekeeping_task.abort();
     }
 }
 
@@ -391,6 +424,36 @@ pub async fn sweep(
             profiles = total.profiles,
             "retention: deleted sessions older than {} days",
             retention.as_secs() / 86_400
+        );
+    }
+    Ok(total)
+}
+
+/// Deletes Durable Object placements last seen more than `ttl` before
+/// `now_ms`, in batches of [`DURABLE_OBJECT_SWEEP_BATCH`], yielding between
+/// batches. Safe beside other replicas: each delete checks the age again.
+pub async fn sweep_durable_objects(
+    store: &store::Store,
+    ttl: Duration,
+    now_ms: i64,
+) -> Result<u64> {
+    let cutoff = now_ms.saturating_sub(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+    let mut total = 0;
+    loop {
+        let n = store
+            .delete_durable_objects_unseen_before(cutoff, DURABLE_OBJECT_SWEEP_BATCH)
+            .await?;
+        total += n;
+        if n < DURABLE_OBJECT_SWEEP_BATCH as u64 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    if total > 0 {
+        tracing::info!(
+            placements = total,
+            "durable objects unseen for {} min: placements reclaimed",
+            ttl.as_secs() / 60
         );
     }
     Ok(total)

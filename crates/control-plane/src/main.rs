@@ -107,6 +107,11 @@ struct Args {
     /// `forever` to keep them.
     #[arg(long, env = "EDGEPROF_RETENTION", default_value = "30d")]
     retention: String,
+    /// Delete a Durable Object's placement when no machine has placed,
+    /// confirmed or listed it for this long (`h` or `m`, at least `10m` and
+    /// twice the lease); its next request places it afresh.
+    #[arg(long, env = "EDGEPROF_DURABLE_OBJECT_TTL", default_value = "1h")]
+    durable_object_ttl: String,
     /// Most REST connections open at once; more are closed on arrival.
     #[arg(long, env = "EDGEPROF_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
@@ -159,9 +164,14 @@ fn parse_retention(v: &str) -> Result<Option<Duration>> {
     if v == "forever" {
         return Ok(None);
     }
+    parse_age("--retention", v, "`30d`, or `forever`").map(Some)
+}
+
+/// A whole number with a unit `d`, `h` or `m`, for flag `flag`.
+fn parse_age(flag: &str, v: &str, example: &str) -> Result<Duration> {
     let bad = || {
         anyhow::anyhow!(
-            "--retention: `{v}` must be a whole number with a unit `d`, `h` or `m` (e.g. `30d`), or `forever`"
+            "{flag}: `{v}` must be a whole number with a unit `d`, `h` or `m` (e.g. {example})"
         )
     };
     let (n, unit) = v.split_at(v.len().saturating_sub(1));
@@ -174,7 +184,7 @@ fn parse_retention(v: &str) -> Result<Option<Duration>> {
     }
     .filter(|s| *s <= 100 * 365 * 86_400)
     .ok_or_else(bad)?;
-    Ok(Some(Duration::from_secs(secs)))
+    Ok(Duration::from_secs(secs))
 }
 
 fn config(args: &Args) -> Result<Config> {
@@ -209,6 +219,7 @@ fn config(args: &Args) -> Result<Config> {
         });
     }
     c.retention = parse_retention(&args.retention)?;
+    c.durable_object_ttl = parse_age("--durable-object-ttl", &args.durable_object_ttl, "`1h`")?;
     c.http.max_connections = args.max_connections;
     c.http.header_timeout = Duration::from_millis(args.header_timeout_ms);
     c.validate()?;

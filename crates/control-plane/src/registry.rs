@@ -3,8 +3,8 @@
 //! and the conversions between the wire types and the fleet's own.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use edgeprof_proto::v1;
 use tonic::{Request, Response, Status};
@@ -62,12 +62,19 @@ impl tonic::service::Interceptor for AgentAuth {
 /// Most isolates one heartbeat may carry.
 pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 10_000;
 
+/// How often a machine's heartbeat marks the Durable Objects it lists as
+/// seen (a write per object; the placements' time to live is at least
+/// [`crate::MIN_DURABLE_OBJECT_TTL`], ten of these).
+pub const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
 /// The gRPC `Registry` service.
 #[derive(Debug, Clone)]
 pub struct RegistryService {
     store: Arc<Store>,
     fleet: Arc<Fleet>,
     metrics: Arc<Metrics>,
+    /// When each machine's listed objects were last marked seen.
+    touched: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl RegistryService {
@@ -77,6 +84,21 @@ impl RegistryService {
             store,
             fleet,
             metrics,
+            touched: Arc::default(),
+        }
+    }
+
+    /// Whether `machine_id`'s heartbeat now should mark its objects seen
+    /// (and, if so, counts this one as done).
+    fn touch_due(&self, machine_id: &str) -> bool {
+        let now = self.fleet.clock().now();
+        let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        match touched.get(machine_id) {
+            Some(at) if now.saturating_duration_since(*at) < TOUCH_EVERY => false,
+            _ => {
+                touched.insert(machine_id.to_owned(), now);
+                true
+            }
         }
     }
 }
@@ -170,10 +192,24 @@ impl v1::registry_server::Registry for RegistryService {
             // step against placements (see `Fleet::placements`).
             let _placements = self.fleet.placements().await;
             self.fleet.heard(&m.id);
-            self.durable_objects_elsewhere(&m.id, &isolates).await?
+            let seen = self.touch_due(&m.id).then(|| self.fleet.clock().now_ms());
+            if let Some(seen) = seen
+                && req.isolates_omitted > 0
+            {
+                // Not every object is listed: keep all of this machine's.
+                self.store
+                    .durable_objects_all_seen(&m.id, seen)
+                    .await
+                    .map_err(internal)?;
+            }
+            self.durable_objects_heard(&m.id, &isolates, seen).await?
         };
         if !elsewhere.is_empty() {
-            tracing::info!(machine = %m.id, objects = ?elsewhere, "durable objects placed elsewhere: the agent drops them");
+            let names: Vec<String> = elsewhere
+                .iter()
+                .map(|d| format!("{}/{} {}:{}", d.account, d.script, d.namespace, d.object_id))
+                .collect();
+            tracing::info!(machine = %m.id, objects = ?names, "durable objects placed elsewhere: the agent drops them");
         }
         self.fleet.heartbeat(m, Some(isolates), &evicted);
         self.metrics.heartbeats.inc();
@@ -267,6 +303,7 @@ impl v1::registry_server::Registry for RegistryService {
                 .place_durable_object(
                     &key,
                     (&asker.id, &version.version_id),
+                    fleet.clock().now_ms(),
                     |owner, db_heartbeat_ms| {
                         owner != asker.id && fleet.lease_ended(owner, db_heartbeat_ms)
                     },
@@ -349,32 +386,52 @@ impl RegistryService {
             }))
     }
 
-    /// Of the Durable Objects `isolates` list, those placed on another
-    /// machine than `machine_id` (`namespace:id`).
-    async fn durable_objects_elsewhere(
+    /// Marks the Durable Objects `isolates` list as seen at `seen_ms`
+    /// (when given); returns those placed on another machine than
+    /// `machine_id`.
+    async fn durable_objects_heard(
         &self,
         machine_id: &str,
         isolates: &[Isolate],
-    ) -> Result<Vec<String>, Status> {
-        let mut by_script: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+        seen_ms: Option<i64>,
+    ) -> Result<Vec<v1::DurableObjectRef>, Status> {
+        let mut by_script: HashMap<(&str, &str), Vec<(&str, &str)>> = HashMap::new();
         for i in isolates {
             for d in &i.durable_objects {
-                by_script
-                    .entry((&i.account, &i.script))
-                    .or_default()
-                    .push(d);
+                if let Some(o) = d.split_once(':') {
+                    by_script
+                        .entry((&i.account, &i.script))
+                        .or_default()
+                        .push(o);
+                }
             }
         }
         let mut out = Vec::new();
         for ((account, script), objects) in by_script {
+            let moved = self
+                .store
+                .durable_objects_heard(machine_id, account, script, &objects, seen_ms)
+                .await
+                .map_err(internal)?;
             out.extend(
-                self.store
-                    .durable_objects_elsewhere(machine_id, account, script, &objects)
-                    .await
-                    .map_err(internal)?,
+                moved
+                    .into_iter()
+                    .map(|(namespace, object_id)| v1::DurableObjectRef {
+                        account: account.to_owned(),
+                        script: script.to_owned(),
+                        namespace,
+                        object_id,
+                    }),
             );
         }
-        out.sort();
+        out.sort_by(|a, b| {
+            (&a.account, &a.script, &a.namespace, &a.object_id).cmp(&(
+                &b.account,
+                &b.script,
+                &b.namespace,
+                &b.object_id,
+            ))
+        });
         Ok(out)
     }
 }

@@ -8,6 +8,14 @@ pub(super) const MIGRATIONS: &[&[&str]] = &[
     &["ALTER TABLE capture_sessions ADD COLUMN requests BIGINT"],
     // Retention deletes by age across accounts.
     &["CREATE INDEX capture_sessions_by_age ON capture_sessions (created_at_ms)"],
+    // Durable Object placements no machine reports any more are reclaimed:
+    // when each was last placed, confirmed or listed by its owner.
+    &[
+        "ALTER TABLE durable_objects ADD COLUMN last_seen_ms BIGINT NOT NULL DEFAULT 0",
+        "UPDATE durable_objects SET last_seen_ms = placed_at_ms",
+        "CREATE INDEX durable_objects_by_last_seen ON durable_objects (last_seen_ms)",
+        "CREATE INDEX durable_objects_by_machine ON durable_objects (machine_id)",
+    ],
 ];
 
 /// Migration 1.

@@ -33,14 +33,32 @@ fn object_id(n: u8) -> String {
     format!("{n:02x}").repeat(32)
 }
 
+fn object_ref(account: &str, id: &str) -> v1::DurableObjectRef {
+    v1::DurableObjectRef {
+        account: account.into(),
+        script: "rooms".into(),
+        namespace: "rooms".into(),
+        object_id: id.into(),
+    }
+}
+
 async fn place(
     r: &mut Registry,
     m: &str,
     object: &str,
 ) -> Result<v1::PlaceDurableObjectResponse, tonic::Status> {
+    place_as(r, m, "acme", object).await
+}
+
+async fn place_as(
+    r: &mut Registry,
+    m: &str,
+    account: &str,
+    object: &str,
+) -> Result<v1::PlaceDurableObjectResponse, tonic::Status> {
     r.place_durable_object(v1::PlaceDurableObjectRequest {
         machine: Some(machine(m)),
-        account: "acme".into(),
+        account: account.into(),
         script: "rooms".into(),
         namespace: "rooms".into(),
         object_id: object.into(),
@@ -51,13 +69,25 @@ async fn place(
 
 /// One heartbeat from `m` whose one isolate hosts `objects`.
 async fn beat(r: &mut Registry, m: &str, version: &str, objects: &[&str]) -> v1::HeartbeatResponse {
+    beat_as(r, m, "acme", version, objects).await
+}
+
+/// One heartbeat from `m` whose one isolate, of `account/rooms`, hosts
+/// `objects`.
+async fn beat_as(
+    r: &mut Registry,
+    m: &str,
+    account: &str,
+    version: &str,
+    objects: &[&str],
+) -> v1::HeartbeatResponse {
     r.heartbeat(v1::HeartbeatRequest {
         machine: Some(machine(m)),
         isolates: vec![v1::IsolateStatus {
             isolate_id: format!("{m}-1"),
             script: "rooms".into(),
             version_id: version.into(),
-            account: "acme".into(),
+            account: account.into(),
             durable_objects: objects.iter().map(|o| format!("rooms:{o}")).collect(),
             ..Default::default()
         }],
@@ -130,7 +160,7 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
     // m1 is back: its heartbeat listing the object names nothing moved, and
     // m2 is sent to m1, same placement.
     let hb = beat(&mut r, "m1", &version, &[&x]).await;
-    assert_eq!(hb.durable_objects_elsewhere, Vec::<String>::new());
+    assert_eq!(hb.durable_objects_elsewhere, Vec::new());
     assert_eq!(hb.durable_object_lease_ms, LEASE.as_millis() as u32);
     let to_m1 = place(&mut r, "m2", &x).await.unwrap();
     assert_eq!(
@@ -169,7 +199,7 @@ async fn owner_past_the_liveness_window_keeps_its_object_until_its_lease_ends() 
     // m1 wakes up still listing it: the answer names it so m1 drops it,
     // and asking sends m1 to m2.
     let hb = beat(&mut r, "m1", &version, &[&x]).await;
-    assert_eq!(hb.durable_objects_elsewhere, vec![format!("rooms:{x}")]);
+    assert_eq!(hb.durable_objects_elsewhere, vec![object_ref("acme", &x)]);
     let back = place(&mut r, "m1", &x).await.unwrap();
     assert_eq!(
         (owner(&back), back.placed_at_ms),
@@ -261,5 +291,82 @@ async fn a_lease_shorter_than_three_heartbeat_intervals_is_refused() {
         format!("{err:#}"),
         "durable object lease: must be 3 heartbeat intervals (600 ms) – 1 h, \
          so it outlasts the liveness window of 2.5 intervals (got 400 ms)"
+    );
+}
+
+/// Placements of objects no machine uses any more are deleted once unseen
+/// for the time to live (7,000 random ids once left 7,000 rows for good);
+/// an object its owner keeps listing stays where it is; a reclaimed object
+/// is placed afresh on its next request. The list of objects placed
+/// elsewhere names the account: the same `namespace:id` in two accounts
+/// is two objects.
+#[tokio::test]
+async fn unused_placements_are_reclaimed_and_moved_objects_name_their_account() {
+    let (_dir, db) = support::sqlite();
+    let mut c = config(&db);
+    let ttl = edgeprof_control_plane::MIN_DURABLE_OBJECT_TTL;
+    c.durable_object_ttl = ttl;
+    let cp = Cp::start(c).await;
+    let version = cp.deploy("rooms", None).await;
+    cp.cp.store.ensure_account("other").await.unwrap();
+    let (other, _) = cp
+        .cp
+        .store
+        .add_version("other", "rooms", &support::wasm_module("rooms"), None)
+        .await
+        .unwrap();
+    let mut r = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
+    let (kept, unused) = (object_id(1), object_id(2));
+    assert_eq!(owner(&place(&mut r, "m1", &kept).await.unwrap()), "m1");
+    assert_eq!(owner(&place(&mut r, "m1", &unused).await.unwrap()), "m1");
+    assert_eq!(
+        owner(&place_as(&mut r, "m2", "other", &kept).await.unwrap()),
+        "m2",
+        "another account's object of the same name is another object"
+    );
+    let hb = beat_as(&mut r, "m1", "other", &other.id, &[&kept]).await;
+    assert_eq!(
+        hb.durable_objects_elsewhere,
+        vec![object_ref("other", &kept)]
+    );
+    let hb = beat(&mut r, "m1", &version, &[&kept]).await;
+    assert_eq!(hb.durable_objects_elsewhere, Vec::new());
+
+    // Past the time to live, m1 listing `kept` and m2 listing the other
+    // account's all along.
+    let mut passed = Duration::ZERO;
+    while passed <= ttl + Duration::from_secs(60) {
+        cp.advance(Duration::from_secs(20));
+        passed += Duration::from_secs(20);
+        beat(&mut r, "m1", &version, &[&kept]).await;
+        beat_as(&mut r, "m2", "other", &other.id, &[&kept]).await;
+    }
+    let count = || async { cp.cp.store.durable_object_count().await.unwrap() };
+    assert_eq!(count().await, 3);
+    assert_eq!(cp.cp.sweep_durable_objects().await.unwrap(), 1);
+    assert_eq!(count().await, 2, "only the unused object's placement went");
+    assert_eq!(cp.cp.sweep_durable_objects().await.unwrap(), 0);
+    let kept_on = place(&mut r, "m3", &kept).await.unwrap();
+    assert_eq!(
+        owner(&kept_on),
+        "m1",
+        "a listed object stays with its owner"
+    );
+    let fresh = place(&mut r, "m3", &unused).await.unwrap();
+    assert_eq!(owner(&fresh), "m3", "a reclaimed object is placed afresh");
+    assert_eq!(count().await, 3);
+}
+
+#[tokio::test]
+async fn a_durable_object_ttl_under_ten_minutes_is_refused() {
+    let (_dir, db) = support::sqlite();
+    let mut c = config(&db);
+    c.durable_object_ttl = Duration::from_secs(300);
+    let err = edgeprof_control_plane::ControlPlane::start(c)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        format!("{err:#}"),
+        "durable object ttl: at least 10 min and twice the lease (3000 ms) (got 300 s)"
     );
 }

@@ -28,6 +28,9 @@ fn session(id: &str, status: SessionStatus) -> SessionRow {
     }
 }
 
+/// A time base for placements, in Unix ms.
+const T: i64 = 1_700_000_000_000;
+
 async fn check_store(db: &str) {
     let store = Store::open(db).await.expect("open and migrate");
 
@@ -103,12 +106,12 @@ async fn check_store(db: &str) {
         object_id: "ab",
     };
     let first = store
-        .place_durable_object(&key, ("m1", &v1.id), |_, _| true)
+        .place_durable_object(&key, ("m1", &v1.id), T, |_, _| true)
         .await
         .unwrap();
     assert!(first.created);
     let p = store
-        .place_durable_object(&key, ("m2", &v1.id), |_, _| false)
+        .place_durable_object(&key, ("m2", &v1.id), T, |_, _| false)
         .await
         .unwrap();
     assert_eq!(
@@ -119,7 +122,7 @@ async fn check_store(db: &str) {
     // never registered).
     let seen = std::sync::Mutex::new(Vec::new());
     let moved = store
-        .place_durable_object(&key, ("m2", &v1.id), |owner, heartbeat_ms| {
+        .place_durable_object(&key, ("m2", &v1.id), T, |owner, heartbeat_ms| {
             seen.lock().unwrap().push((owner.to_owned(), heartbeat_ms));
             owner == "m1"
         })
@@ -139,7 +142,7 @@ async fn check_store(db: &str) {
         .await
         .unwrap();
     let p = store
-        .place_durable_object(&key, ("m3", &v1.id), |owner, heartbeat_ms| {
+        .place_durable_object(&key, ("m3", &v1.id), T + 5, |owner, heartbeat_ms| {
             assert_eq!((owner, heartbeat_ms), ("m2", Some(1234)));
             false
         })
@@ -164,35 +167,119 @@ async fn check_store(db: &str) {
         ..key
     };
     store
-        .place_durable_object(&other, ("m1", &v1.id), |_, _| false)
+        .place_durable_object(&other, ("m1", &v1.id), T, |_, _| false)
         .await
         .unwrap();
+    let heard = |m: &'static str,
+                 account: &'static str,
+                 objects: &'static [(&'static str, &'static str)],
+                 seen: Option<i64>| {
+        let store = &store;
+        async move {
+            store
+                .durable_objects_heard(m, account, "api", objects, seen)
+                .await
+                .unwrap()
+        }
+    };
+    let pair = |n: &str, i: &str| (n.to_owned(), i.to_owned());
     assert_eq!(
-        store
-            .durable_objects_elsewhere(
-                "m1",
-                "acme",
-                "api",
-                &["rooms:ab", "rooms:cd", "rooms:ef", "bad"]
-            )
-            .await
-            .unwrap(),
-        vec!["rooms:ab".to_owned()]
+        heard(
+            "m1",
+            "acme",
+            &[
+                ("rooms", "ab"),
+                ("rooms", "cd"),
+                ("rooms", "ef"),
+                ("hall", "ab")
+            ],
+            None
+        )
+        .await,
+        vec![pair("rooms", "ab")],
+        "only the listed objects placed on another machine, namespace and id"
     );
     assert_eq!(
-        store
-            .durable_objects_elsewhere("m2", "acme", "api", &["rooms:ab", "rooms:cd"])
+        heard("m2", "acme", &[("rooms", "ab"), ("rooms", "cd")], None).await,
+        vec![pair("rooms", "cd")]
+    );
+    assert!(
+        heard("m1", "other", &[("rooms", "ab")], None)
             .await
-            .unwrap(),
-        vec!["rooms:cd".to_owned()]
+            .is_empty()
+    );
+
+    // Reclamation: a placement unseen for the time to live goes; one its
+    // owner listed or confirmed meanwhile stays. Both are now at most T + 5.
+    assert_eq!(store.durable_object_count().await.unwrap(), 2);
+    assert!(
+        heard("m1", "acme", &[("rooms", "cd")], Some(T + 100))
+            .await
+            .is_empty()
+    );
+    // m2 listing "cd" (not its own) does not keep it; m1 listing "ab"
+    // (m2's) does not keep that.
+    heard("m2", "acme", &[("rooms", "cd")], Some(T + 200)).await;
+    heard("m1", "acme", &[("rooms", "ab")], Some(T + 200)).await;
+    assert_eq!(
+        edgeprof_control_plane::sweep_durable_objects(
+            &store,
+            std::time::Duration::from_millis(50),
+            T + 150
+        )
+        .await
+        .unwrap(),
+        1,
+        "ab, last seen at T + 5, goes; cd, seen at T + 100, stays"
     );
     assert!(
         store
-            .durable_objects_elsewhere("m1", "other", "api", &["rooms:ab"])
+            .place_durable_object(&other, ("m9", &v1.id), T + 300, |_, _| false)
             .await
             .unwrap()
-            .is_empty()
+            .machine_id
+            == "m1",
+        "cd kept its placement"
     );
+    let again = store
+        .place_durable_object(&key, ("m3", &v1.id), T + 300, |_, _| false)
+        .await
+        .unwrap();
+    assert!(
+        again.created && again.machine_id == "m3",
+        "ab placed afresh: {again:?}"
+    );
+    // The owner asking again confirms it: seen then, so a later sweep keeps it.
+    store
+        .place_durable_object(&key, ("m3", &v1.id), T + 900, |_, _| false)
+        .await
+        .unwrap();
+    // A machine whose heartbeat omitted isolates keeps all its objects.
+    assert_eq!(
+        store.durable_objects_all_seen("m1", T + 900).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        edgeprof_control_plane::sweep_durable_objects(
+            &store,
+            std::time::Duration::from_millis(50),
+            T + 920
+        )
+        .await
+        .unwrap(),
+        0
+    );
+    assert_eq!(
+        edgeprof_control_plane::sweep_durable_objects(
+            &store,
+            std::time::Duration::from_millis(50),
+            T + 2_000
+        )
+        .await
+        .unwrap(),
+        2
+    );
+    assert_eq!(store.durable_object_count().await.unwrap(), 0);
 
     // Sessions: every state change recorded; profiles stored.
     store

@@ -66,6 +66,7 @@ pub use isolate::{
     TABLE_ELEMENT_BYTES,
 };
 pub use profiler::{
-    CaptureResult, MAX_INTERVAL, ProfileKind, ProfilerError, ProfilerHandle, SamplerLimits,
+    CaptureOwner, CaptureResult, MAX_INTERVAL, ProfileKind, ProfilerError, ProfilerHandle,
+    SamplerLimits,
 };
 pub use runtime::{EvictionCounts, EvictionReason, LoadError, Module, Runtime, RuntimeConfig};

@@ -2,6 +2,17 @@
 //! own thread) and any number of [`ProfilerHandle`]s (which start and stop
 //! captures from other threads).
 //!
+//! Captures of two owners run side by side ([`CaptureOwner`]): one
+//! on-demand capture at a time, and the continuous profiler's CPU and heap
+//! captures, which [`ProfilerHandle::rotate`] cuts into windows without a
+//! gap. While several CPU captures run, the isolate samples at the finest of
+//! their intervals and records every sample into each: each capture's CPU
+//! total is the CPU of its time, and a capture running beside a finer one
+//! holds more samples than its own interval asks for (weighing the same).
+//! Starting a CPU capture restarts the isolate's count: the CPU since the
+//! previous sample (less than one interval of the finest capture running)
+//! is attributed to none.
+//!
 //! Start and stop only flip an atomic state and swap a buffer under a mutex
 //! the sample path holds for a hash-map insert; symbolization happens in
 //! `stop`, after the buffer has been taken, so a running request never waits
@@ -34,8 +45,22 @@ impl ProfileKind {
     }
 }
 
+/// Who a capture is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CaptureOwner {
+    /// An on-demand capture: at most one at a time on an isolate, of
+    /// either kind.
+    OnDemand,
+    /// The continuous profiler: at most one capture of each kind, cut into
+    /// windows by [`ProfilerHandle::rotate`].
+    Continuous,
+}
+
+/// No capture runs.
 pub(crate) const STATE_OFF: u8 = 0;
+/// Bit set while a CPU capture runs.
 pub(crate) const STATE_CPU: u8 = 1;
+/// Bit set while a heap capture runs.
 pub(crate) const STATE_HEAP: u8 = 2;
 
 /// One recorded frame, symbolized only at stop.
@@ -99,11 +124,16 @@ struct LiveObject {
     size: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Capture {
-    kind: Option<ProfileKind>,
+    kind: ProfileKind,
+    owner: CaptureOwner,
+    /// The generation at its start: CPU samples of earlier generations
+    /// were weighed before it began.
     generation: u64,
-    started: Option<(Instant, SystemTime)>,
+    /// Its own sampling interval, in ticks.
+    interval_ticks: u64,
+    started: (Instant, SystemTime),
     cpu: FxHashMap<Stack, CpuValue>,
     heap: FxHashMap<u32, HeapValue>,
     samples: u64,
@@ -115,6 +145,35 @@ struct Capture {
     /// Time the CPU sample path took, stack capture to insert.
     sample_nanos: u64,
 }
+
+impl Capture {
+    fn new(kind: ProfileKind, owner: CaptureOwner, generation: u64, interval_ticks: u64) -> Self {
+        Capture {
+            kind,
+            owner,
+            generation,
+            interval_ticks,
+            started: (Instant::now(), SystemTime::now()),
+            cpu: FxHashMap::default(),
+            heap: FxHashMap::default(),
+            samples: 0,
+            dropped: 0,
+            truncated: 0,
+            requests: 0,
+            frames: 0,
+            sample_nanos: 0,
+        }
+    }
+
+    /// A capture like this one, starting now, empty.
+    fn successor(&self) -> Self {
+        Capture::new(self.kind, self.owner, self.generation, self.interval_ticks)
+    }
+}
+
+/// Most captures that run at once on an isolate: one on-demand, and a
+/// continuous CPU and heap capture.
+const MAX_CAPTURES: usize = 3;
 
 #[derive(Debug, Default)]
 struct HeapTracker {
@@ -128,7 +187,8 @@ struct HeapTracker {
 
 #[derive(Debug, Default)]
 struct Buffers {
-    capture: Capture,
+    /// At most [`MAX_CAPTURES`].
+    captures: Vec<Capture>,
     heap: HeapTracker,
 }
 
@@ -139,16 +199,27 @@ impl Buffers {
         use std::mem::size_of;
         let frame = size_of::<RawFrame>();
         let stack = size_of::<Stack>();
-        let c = &self.capture;
-        let capture = c.frames * frame
-            + c.cpu.len() * (stack + size_of::<CpuValue>())
-            + c.heap.len() * (size_of::<u32>() + size_of::<HeapValue>());
+        let capture: usize = self
+            .captures
+            .iter()
+            .map(|c| {
+                c.frames * frame
+                    + c.cpu.len() * (stack + size_of::<CpuValue>())
+                    + c.heap.len() * (size_of::<u32>() + size_of::<HeapValue>())
+            })
+            .sum();
         let h = &self.heap;
         // Each stack is kept twice: in the list and as the map's key.
         let heap = 2 * h.frames * frame
             + h.stacks.len() * (2 * stack + size_of::<u32>())
             + h.live.len() * (size_of::<u32>() + size_of::<LiveObject>());
         (capture + heap) as u64
+    }
+
+    fn find(&self, owner: CaptureOwner, kind: Option<ProfileKind>) -> Option<usize> {
+        self.captures
+            .iter()
+            .position(|c| c.owner == owner && kind.is_none_or(|k| c.kind == k))
     }
 }
 
@@ -212,13 +283,32 @@ impl ProfilerShared {
         self.held_bytes.store(b.bytes(), Ordering::Relaxed);
     }
 
+    /// After captures started or stopped: the state bits, the finest CPU
+    /// interval and the bytes held, for the lock-free readers.
+    fn publish(&self, b: &Buffers) {
+        let mut state = STATE_OFF;
+        let mut ticks = u64::MAX;
+        for c in &b.captures {
+            state |= c.kind.code();
+            if c.kind == ProfileKind::Cpu {
+                ticks = ticks.min(c.interval_ticks);
+            }
+        }
+        if ticks != u64::MAX {
+            self.interval_ticks.store(ticks, Ordering::Relaxed);
+        }
+        self.update_held(b);
+        self.state.store(state, Ordering::Release);
+    }
+
     /// What the profiler's buffers hold for this isolate, in bytes.
     pub(crate) fn held_bytes(&self) -> u64 {
         self.held_bytes.load(Ordering::Relaxed)
     }
 
-    /// Records a CPU sample of `nanos` for `stack` if capture `generation`
-    /// is still the active CPU capture; the sample path began at `started`.
+    /// Records a CPU sample of `nanos`, weighed in `generation`, for
+    /// `stack` into every CPU capture that ran all that time; the sample
+    /// path began at `started`.
     pub(crate) fn record_cpu(
         &self,
         generation: u64,
@@ -228,14 +318,30 @@ impl ProfilerShared {
         started: Instant,
     ) {
         let mut b = self.lock_for_sample();
-        let c = &mut b.capture;
-        if c.kind != Some(ProfileKind::Cpu) || c.generation != generation {
-            return;
+        let mut grew = false;
+        let mut stack = Some(stack);
+        let n = b.captures.len();
+        for i in 0..n {
+            let c = &mut b.captures[i];
+            if c.kind != ProfileKind::Cpu || c.generation > generation {
+                continue;
+            }
+            let stacks = c.cpu.len();
+            // The last capture to record takes the stack, the others a copy.
+            let more = b.captures[i + 1..]
+                .iter()
+                .any(|c| c.kind == ProfileKind::Cpu && c.generation <= generation);
+            let s = if more {
+                stack.clone().unwrap_or_default()
+            } else {
+                stack.take().unwrap_or_default()
+            };
+            let c = &mut b.captures[i];
+            self.insert_cpu(c, s, nanos, truncated);
+            c.sample_nanos += started.elapsed().as_nanos() as u64;
+            grew |= c.cpu.len() != stacks;
         }
-        let stacks = c.cpu.len();
-        self.insert_cpu(c, stack, nanos, truncated);
-        c.sample_nanos += started.elapsed().as_nanos() as u64;
-        if c.cpu.len() != stacks {
+        if grew {
             self.update_held(&b);
         }
     }
@@ -274,16 +380,16 @@ impl ProfilerShared {
         }
     }
 
-    /// A request begins on the isolate: counted by the running capture, if
-    /// any (CPU or heap), so its profile can be read per request. Only
-    /// takes the lock while a capture runs.
+    /// A request begins on the isolate: counted by every running capture
+    /// (CPU or heap), so its profile can be read per request. Only takes
+    /// the lock while a capture runs.
     pub(crate) fn record_request(&self) {
         if self.state.load(Ordering::Acquire) == STATE_OFF {
             return;
         }
         let mut b = self.lock_for_sample();
-        if b.capture.kind.is_some() {
-            b.capture.requests += 1;
+        for c in &mut b.captures {
+            c.requests += 1;
         }
     }
 
@@ -298,8 +404,10 @@ impl ProfilerShared {
                 || heap.frames + stack.len() > self.limits.max_frames_kept =>
             {
                 heap.dropped += 1;
-                if b.capture.kind == Some(ProfileKind::Heap) {
-                    b.capture.dropped += 1;
+                for c in &mut b.captures {
+                    if c.kind == ProfileKind::Heap {
+                        c.dropped += 1;
+                    }
                 }
                 return;
             }
@@ -316,8 +424,10 @@ impl ProfilerShared {
         } else {
             heap.dropped += 1;
         }
-        let c = &mut b.capture;
-        if c.kind == Some(ProfileKind::Heap) {
+        for c in &mut b.captures {
+            if c.kind != ProfileKind::Heap {
+                continue;
+            }
             let scale = unbias(size);
             let v = c.heap.entry(id).or_default();
             v.alloc_objects += scale;
@@ -353,10 +463,11 @@ fn unbias(size: u64) -> f64 {
 /// Why a start or stop was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProfilerError {
-    /// A capture is already running on this isolate.
+    /// A capture is already running on this isolate (for on-demand
+    /// captures, of any kind; for the continuous profiler, of this kind).
     #[error("a {0:?} capture is already running on this isolate")]
     AlreadyActive(ProfileKind),
-    /// `stop` without a running capture.
+    /// `stop` or `rotate` without a running capture.
     #[error("no capture is running on this isolate")]
     NotActive,
     /// The sampling interval is outside what the engine's ticker can do.
@@ -407,11 +518,21 @@ type LiveSnapshot = (FxHashMap<u32, (f64, f64)>, FxHashMap<u32, Stack>);
 pub const MAX_INTERVAL: Duration = Duration::from_millis(1000);
 
 impl ProfilerHandle {
-    /// Starts a capture. CPU: a sample every `interval` (a whole number of
-    /// the engine's ticks) while a request runs. Heap: the guest decides
-    /// when to sample (every 512 KiB on average); `interval` is only
-    /// validated.
+    /// Starts an on-demand capture. CPU: a sample every `interval` (a
+    /// whole number of the engine's ticks) while a request runs. Heap: the
+    /// guest decides when to sample (every 512 KiB on average); `interval`
+    /// is only validated.
     pub fn start(&self, kind: ProfileKind, interval: Duration) -> Result<(), ProfilerError> {
+        self.start_for(CaptureOwner::OnDemand, kind, interval)
+    }
+
+    /// Starts a capture for `owner` (see [`Self::start`]).
+    pub fn start_for(
+        &self,
+        owner: CaptureOwner,
+        kind: ProfileKind,
+        interval: Duration,
+    ) -> Result<(), ProfilerError> {
         if interval < self.tick || interval > MAX_INTERVAL {
             return Err(ProfilerError::IntervalOutOfRange {
                 interval,
@@ -421,44 +542,81 @@ impl ProfilerHandle {
         }
         let ticks = (interval.as_nanos() / self.tick.as_nanos()).max(1) as u64;
         let mut b = self.shared.lock();
-        if let Some(k) = b.capture.kind {
-            return Err(ProfilerError::AlreadyActive(k));
-        }
-        let generation = self.shared.generation.load(Ordering::Relaxed) + 1;
-        b.capture = Capture {
-            kind: Some(kind),
-            generation,
-            started: Some((Instant::now(), SystemTime::now())),
-            ..Capture::default()
+        let running = match owner {
+            CaptureOwner::OnDemand => b.find(owner, None),
+            CaptureOwner::Continuous => b.find(owner, Some(kind)),
         };
-        self.shared.update_held(&b);
-        self.shared.interval_ticks.store(ticks, Ordering::Relaxed);
-        self.shared.generation.store(generation, Ordering::Release);
-        self.shared.state.store(kind.code(), Ordering::Release);
+        if let Some(i) = running {
+            return Err(ProfilerError::AlreadyActive(b.captures[i].kind));
+        }
+        debug_assert!(b.captures.len() < MAX_CAPTURES);
+        // A new CPU capture restarts the isolate's count, so its first
+        // sample weighs no CPU from before it; a heap capture needs none.
+        let mut generation = self.shared.generation.load(Ordering::Relaxed);
+        if kind == ProfileKind::Cpu {
+            generation += 1;
+            self.shared.generation.store(generation, Ordering::Release);
+        }
+        b.captures
+            .push(Capture::new(kind, owner, generation, ticks));
+        self.shared.publish(&b);
         Ok(())
     }
 
-    /// Is a capture running?
+    /// The kind of the running on-demand capture, if any.
     pub fn active(&self) -> Option<ProfileKind> {
-        match self.shared.state.load(Ordering::Acquire) {
-            STATE_CPU => Some(ProfileKind::Cpu),
-            STATE_HEAP => Some(ProfileKind::Heap),
-            _ => None,
-        }
+        let b = self.shared.lock();
+        b.find(CaptureOwner::OnDemand, None)
+            .map(|i| b.captures[i].kind)
     }
 
-    /// Stops the capture and returns its symbolized profile.
+    /// Whether `owner` runs a capture of `kind`.
+    pub fn running(&self, owner: CaptureOwner, kind: ProfileKind) -> bool {
+        self.shared.lock().find(owner, Some(kind)).is_some()
+    }
+
+    /// Stops the on-demand capture and returns its symbolized profile.
     pub fn stop(&self) -> Result<CaptureResult, ProfilerError> {
+        self.take(CaptureOwner::OnDemand, None, false)
+    }
+
+    /// Stops `owner`'s capture of `kind` and returns its profile.
+    pub fn stop_for(
+        &self,
+        owner: CaptureOwner,
+        kind: ProfileKind,
+    ) -> Result<CaptureResult, ProfilerError> {
+        self.take(owner, Some(kind), false)
+    }
+
+    /// Ends the continuous profiler's window of `kind` and starts the next
+    /// one in the same step: returns the window's profile, and no sample
+    /// falls between two windows.
+    pub fn rotate(&self, kind: ProfileKind) -> Result<CaptureResult, ProfilerError> {
+        self.take(CaptureOwner::Continuous, Some(kind), true)
+    }
+
+    /// Takes `owner`'s capture (of `kind`, if given) out of the buffers,
+    /// leaving an empty successor when `keep` is set, and symbolizes it
+    /// after the lock is released.
+    fn take(
+        &self,
+        owner: CaptureOwner,
+        kind: Option<ProfileKind>,
+        keep: bool,
+    ) -> Result<CaptureResult, ProfilerError> {
         let (capture, live) = {
             let mut b = self.shared.lock();
-            if b.capture.kind.is_none() {
-                return Err(ProfilerError::NotActive);
-            }
-            self.shared.state.store(STATE_OFF, Ordering::Release);
-            let capture = std::mem::take(&mut b.capture);
+            let i = b.find(owner, kind).ok_or(ProfilerError::NotActive)?;
+            let capture = if keep {
+                let next = b.captures[i].successor();
+                std::mem::replace(&mut b.captures[i], next)
+            } else {
+                b.captures.swap_remove(i)
+            };
             // Heap captures also report what is still live: copy the (small,
             // bounded) live set and the stacks it needs.
-            let live = if capture.kind == Some(ProfileKind::Heap) {
+            let live = if capture.kind == ProfileKind::Heap {
                 let mut per_stack: FxHashMap<u32, (f64, f64)> = FxHashMap::default();
                 for obj in b.heap.live.values() {
                     let scale = unbias(obj.size);
@@ -475,7 +633,7 @@ impl ProfilerHandle {
             } else {
                 None
             };
-            self.shared.update_held(&b);
+            self.shared.publish(&b);
             (capture, live)
         };
         Ok(self.symbolize(capture, live))
@@ -488,16 +646,14 @@ impl ProfilerHandle {
     }
 
     fn symbolize(&self, capture: Capture, live: Option<LiveSnapshot>) -> CaptureResult {
-        let kind = capture.kind.unwrap_or(ProfileKind::Cpu);
+        let kind = capture.kind;
         let mut b = match kind {
             ProfileKind::Cpu => {
                 let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
                 b.period(
                     "cpu",
                     "nanoseconds",
-                    (self.tick.as_nanos() as u64
-                        * self.shared.interval_ticks.load(Ordering::Relaxed))
-                        as i64,
+                    (self.tick.as_nanos() as u64 * capture.interval_ticks) as i64,
                 );
                 b.default_sample_type("cpu");
                 b
@@ -518,16 +674,13 @@ impl ProfilerHandle {
                 b
             }
         };
-        if let Some((_, started_at)) = capture.started {
-            let t = started_at
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos() as i64)
-                .unwrap_or(0);
-            b.time_nanos(t);
-        }
-        if let Some((started, _)) = capture.started {
-            b.duration_nanos(started.elapsed().as_nanos() as i64);
-        }
+        let (started, started_at) = capture.started;
+        let t = started_at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(0);
+        b.time_nanos(t);
+        b.duration_nanos(started.elapsed().as_nanos() as i64);
         let m = &self.module;
         let has_dwarf = m.symbols.has_dwarf;
         let mapping = b.mapping(&MappingSpec {
@@ -709,19 +862,19 @@ mod tests {
             max_frames_kept: 10,
             ..SamplerLimits::default()
         });
-        {
-            let mut b = shared.lock();
-            b.capture.kind = Some(ProfileKind::Cpu);
-            b.capture.generation = 1;
-        }
+        shared
+            .lock()
+            .captures
+            .push(Capture::new(ProfileKind::Cpu, CaptureOwner::OnDemand, 1, 1));
         shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
         shared.record_cpu(1, stack(2, 6), 1, false, Instant::now());
         shared.record_cpu(1, stack(1, 6), 1, false, Instant::now());
         shared.record_alloc(8, 16, stack(3, 6), false);
         shared.record_alloc(16, 16, stack(4, 6), false);
         let b = shared.lock();
-        assert_eq!((b.capture.cpu.len(), b.capture.frames), (1, 6));
-        assert_eq!((b.capture.samples, b.capture.dropped), (2, 1));
+        let c = &b.captures[0];
+        assert_eq!((c.cpu.len(), c.frames), (1, 6));
+        assert_eq!((c.samples, c.dropped), (2, 1));
         assert_eq!(
             (b.heap.stacks.len(), b.heap.frames, b.heap.dropped),
             (1, 6, 1)

@@ -1,5 +1,6 @@
 //! Integration tests of the sampler: real Wasmtime isolates, real workers.
 
+mod continuous;
 mod cpu;
 mod discipline;
 mod limits;

@@ -3,14 +3,16 @@
 //! `cargo xtask build-workers`, which puts the workers in `target/workers/`).
 //!
 //! For every example worker, the WAT spin, a recursive fib and a short
-//! host-call-heavy request, four isolates serve the same request in batches
+//! host-call-heavy request, five isolates serve the same request in batches
 //! of about `EDGEPROF_BENCH_BATCH_MS` (default 30 ms), round by round
 //! (`EDGEPROF_BENCH_ROUNDS`, default 40), the order rotating every round:
 //!
 //! - `off`: an engine without epoch interruption (no sampling, no CPU limit);
 //! - `on`: the default engine, unprofiled;
 //! - `100 Hz` and `1 kHz`: the default engine under a CPU capture that runs
-//!   through all rounds.
+//!   through all rounds;
+//! - `19 Hz cont.`: the continuous profiler's captures (CPU every 52 ms and
+//!   heap), as every isolate of an agent runs them.
 //!
 //! Printed per worker: the epoch checks' cost (`on` / `off`), the profiled
 //! overhead at both rates (against `on`, the median of the per-round
@@ -29,7 +31,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use edgeprof_sampler::{
-    Isolate, Limits, Module, ProfileKind, ProfilerHandle, Request, Runtime, RuntimeConfig,
+    CaptureOwner, Isolate, Limits, Module, ProfileKind, ProfilerHandle, Request, Runtime,
+    RuntimeConfig,
 };
 
 /// A worker file in `target/workers/` and the request it serves.
@@ -68,7 +71,10 @@ const WORKERS: &[Worker] = &[
     worker("host-short.wat", "GET", "/"),
 ];
 
-const CONFIGS: [&str; 4] = ["off", "on", "100 Hz", "1 kHz"];
+const CONFIGS: [&str; 5] = ["off", "on", "100 Hz", "1 kHz", "19 Hz cont."];
+
+/// The continuous profiler's interval: 19 Hz in whole 1 ms ticks.
+const CONTINUOUS_INTERVAL: Duration = Duration::from_millis(52);
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -123,7 +129,8 @@ struct Row {
     epoch: f64,
     hz100: f64,
     khz1: f64,
-    samples: [(u64, f64); 2],
+    hz19: f64,
+    samples: [(u64, f64); 3],
     sample_ns: [f64; 2],
     marginal_ns: f64,
 }
@@ -138,6 +145,7 @@ fn overhead(w: &Worker, rounds: usize, batch: Duration) -> Row {
     let (m_off, m) = (load(&off_rt, w.file), load(&rt, w.file));
     let mut isolates = [
         Isolate::new(&off_rt, &m_off, Limits::default()).unwrap(),
+        Isolate::new(&rt, &m, Limits::default()).unwrap(),
         Isolate::new(&rt, &m, Limits::default()).unwrap(),
         Isolate::new(&rt, &m, Limits::default()).unwrap(),
         Isolate::new(&rt, &m, Limits::default()).unwrap(),
@@ -166,11 +174,16 @@ fn overhead(w: &Worker, rounds: usize, batch: Duration) -> Row {
     profilers[1]
         .start(ProfileKind::Cpu, Duration::from_millis(1))
         .unwrap();
-    let mut times: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(rounds)).collect();
-    let mut cpu = [Duration::ZERO; 4];
+    for kind in [ProfileKind::Cpu, ProfileKind::Heap] {
+        profilers[2]
+            .start_for(CaptureOwner::Continuous, kind, CONTINUOUS_INTERVAL)
+            .unwrap();
+    }
+    let mut times: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(rounds)).collect();
+    let mut cpu = [Duration::ZERO; 5];
     for round in 0..rounds {
-        for k in 0..4 {
-            let c = (round + k) % 4;
+        for k in 0..5 {
+            let c = (round + k) % 5;
             let iso = &mut isolates[c];
             let cpu0 = thread_cpu();
             let t0 = Instant::now();
@@ -181,7 +194,12 @@ fn overhead(w: &Worker, rounds: usize, batch: Duration) -> Row {
             cpu[c] += thread_cpu() - cpu0;
         }
     }
-    let caps: Vec<_> = profilers.iter().map(|p| p.stop().unwrap()).collect();
+    let mut caps: Vec<_> = profilers[..2].iter().map(|p| p.stop().unwrap()).collect();
+    caps.push(
+        profilers[2]
+            .stop_for(CaptureOwner::Continuous, ProfileKind::Cpu)
+            .unwrap(),
+    );
     let ratio = |a: usize, b: usize| {
         let mut r: Vec<f64> = times[a]
             .iter()
@@ -199,9 +217,14 @@ fn overhead(w: &Worker, rounds: usize, batch: Duration) -> Row {
         epoch: ratio(1, 0),
         hz100: ratio(2, 1),
         khz1,
+        hz19: ratio(4, 1),
         samples: [
             (caps[0].samples, cpu[2].as_secs_f64() / 0.010),
             (caps[1].samples, cpu[3].as_secs_f64() / 0.001),
+            (
+                caps[2].samples,
+                cpu[4].as_secs_f64() / CONTINUOUS_INTERVAL.as_secs_f64(),
+            ),
         ],
         sample_ns: [0, 1]
             .map(|i| caps[i].sample_time.as_nanos() as f64 / caps[i].samples.max(1) as f64),
@@ -295,14 +318,16 @@ fn main() {
         CONFIGS.join(", ")
     );
     println!(
-        "{:<38} {:>9} {:>9} {:>9} {:>9} {:>20} {:>20} {:>16} {:>9}",
+        "{:<38} {:>9} {:>9} {:>9} {:>9} {:>11} {:>20} {:>20} {:>18} {:>16} {:>9}",
         "worker",
         "request",
         "epoch",
         "100 Hz",
         "1 kHz",
+        "19 Hz cont.",
         "samples 100 Hz",
         "samples 1 kHz",
+        "samples 19 Hz",
         "ns/sample",
         "marginal"
     );
@@ -315,14 +340,16 @@ fn main() {
             )
         };
         println!(
-            "{:<38} {:>7.1}µs {:>9} {:>9} {:>9} {:>20} {:>20} {:>7.0} {:>7.0} {:>9.0}",
+            "{:<38} {:>7.1}µs {:>9} {:>9} {:>9} {:>11} {:>20} {:>20} {:>18} {:>7.0} {:>7.0} {:>9.0}",
             r.name,
             r.request_us,
             pct(r.epoch),
             pct(r.hz100),
             pct(r.khz1),
+            pct(r.hz19),
             s(r.samples[0]),
             s(r.samples[1]),
+            s(r.samples[2]),
             r.sample_ns[0],
             r.sample_ns[1],
             r.marginal_ns,

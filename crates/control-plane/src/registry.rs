@@ -358,6 +358,16 @@ impl v1::registry_server::Registry for RegistryService {
             durable_object_lease_ms: lease_ms(self.fleet.lease()),
         }))
     }
+
+    async fn push_windows(
+        &self,
+        _request: Request<v1::PushWindowsRequest>,
+    ) -> Result<Response<v1::PushWindowsResponse>, Status> {
+        // Replaced by the continuous-profiling store (issue 13).
+        Err(Status::unimplemented(
+            "continuous profiling windows are not stored yet",
+        ))
+    }
 }
 
 impl RegistryService {

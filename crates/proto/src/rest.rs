@@ -682,3 +682,101 @@ mod tests {
         assert_eq!(back, detail);
     }
 }
+
+// ---- continuous profiling history ----
+
+/// Longest range one history query covers, in milliseconds (31 days).
+pub const MAX_HISTORY_RANGE_MS: i64 = 31 * 24 * 3_600_000;
+/// Most points one timeline series holds; a `step` that would make more is
+/// a 400.
+pub const MAX_TIMELINE_POINTS: u64 = 2_000;
+
+/// Query of `GET /scripts/{script}/history/profile`.
+///
+/// `from` and `to` are RFC 3339 (`2026-12-04T10:00:00Z`), Unix milliseconds,
+/// `now`, or relative to now (`-15m`, `-2h`, `-1d`); `to` defaults to `now`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// `cpu` or `heap`.
+    #[serde(rename = "type", default)]
+    pub kind: ProfileKind,
+    /// Start of the range (inclusive).
+    pub from: String,
+    /// End of the range (exclusive); default `now`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Only this version (any selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Only this data center.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_center: Option<String>,
+    /// Only this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+}
+
+/// What a timeline groups its series by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimelineGroup {
+    /// One series per version id.
+    Version,
+    /// One series per data center.
+    DataCenter,
+    /// One series per machine.
+    Machine,
+}
+
+/// Query of `GET /scripts/{script}/history/timeline`: the range as in
+/// [`HistoryQuery`], `step` a duration (`10s`, `1m`, `1h`; default: the
+/// range over 60, at least the window length).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimelineQuery {
+    /// `cpu` (nanoseconds per step) or `heap` (sampled bytes per step).
+    #[serde(rename = "type", default)]
+    pub kind: ProfileKind,
+    /// Start of the range (inclusive).
+    pub from: String,
+    /// End of the range (exclusive); default `now`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Width of one point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// One series per value of this; without it, one series `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<TimelineGroup>,
+    /// Only this version (any selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Only this data center.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_center: Option<String>,
+    /// Only this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+}
+
+/// `GET /scripts/{script}/history/timeline`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Width of one point, milliseconds.
+    pub step_ms: u64,
+    /// Sorted by key.
+    pub series: Vec<TimelineSeries>,
+}
+
+/// One series of a [`Timeline`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelineSeries {
+    /// The group's value (a version id, data center or machine), or `all`.
+    pub key: String,
+    /// `[t_ms, value, requests]` per step that has data, in time order:
+    /// `t_ms` the step's start, `value` CPU nanoseconds (or sampled bytes),
+    /// `requests` the requests begun in it, so `value / requests` is CPU per
+    /// request.
+    pub points: Vec<(i64, u64, u64)>,
+}

@@ -222,6 +222,52 @@ pub struct CaptureResponse {
     #[prost(message, repeated, tag = "2")]
     pub isolates: ::prost::alloc::vec::Vec<IsolateCapture>,
 }
+/// One window of continuous profiling: what one script version's isolates on
+/// one machine did between `start_unix_ms` and `end_unix_ms`.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ProfileWindow {
+    #[prost(string, tag = "1")]
+    pub account: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub script: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub version_id: ::prost::alloc::string::String,
+    #[prost(enumeration = "ProfileKind", tag = "4")]
+    pub kind: i32,
+    #[prost(int64, tag = "5")]
+    pub start_unix_ms: i64,
+    #[prost(int64, tag = "6")]
+    pub end_unix_ms: i64,
+    /// gzip'd pprof: the version's isolates on this machine merged, every
+    /// sample labelled `isolate` (and `durable_object` where it has one).
+    #[prost(bytes = "vec", tag = "7")]
+    pub pprof: ::prost::alloc::vec::Vec<u8>,
+    #[prost(uint64, tag = "8")]
+    pub samples: u64,
+    /// Requests the merged isolates began during the window.
+    #[prost(uint64, tag = "9")]
+    pub requests: u64,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PushWindowsRequest {
+    #[prost(message, optional, tag = "1")]
+    pub machine: ::core::option::Option<Machine>,
+    #[prost(message, repeated, tag = "2")]
+    pub windows: ::prost::alloc::vec::Vec<ProfileWindow>,
+    /// Windows this agent has dropped since it started (queue full, or older
+    /// than its buffer bound while the control plane was away).
+    #[prost(uint64, tag = "3")]
+    pub dropped_total: u64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PushWindowsResponse {
+    /// Windows of the request now stored (a window stored before counts).
+    #[prost(uint32, tag = "1")]
+    pub accepted: u32,
+    /// Windows refused, each with the reason ("window 3: pprof over 4 MiB").
+    #[prost(string, repeated, tag = "2")]
+    pub rejected: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
 pub enum ProfileKind {
@@ -463,6 +509,33 @@ pub mod registry_client {
                 .insert(GrpcMethod::new("edgeprof.v1.Registry", "PlaceDurableObject"));
             self.inner.unary(req, path, codec).await
         }
+        /// Continuous profiling: windows of the background samples of this
+        /// machine's isolates, in batches. Storing is idempotent per (machine,
+        /// account, script, version, kind, start), so a retried batch is stored once.
+        pub async fn push_windows(
+            &mut self,
+            request: impl tonic::IntoRequest<super::PushWindowsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::PushWindowsResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/edgeprof.v1.Registry/PushWindows",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("edgeprof.v1.Registry", "PushWindows"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -512,6 +585,16 @@ pub mod registry_server {
             request: tonic::Request<super::PlaceDurableObjectRequest>,
         ) -> std::result::Result<
             tonic::Response<super::PlaceDurableObjectResponse>,
+            tonic::Status,
+        >;
+        /// Continuous profiling: windows of the background samples of this
+        /// machine's isolates, in batches. Storing is idempotent per (machine,
+        /// account, script, version, kind, start), so a retried batch is stored once.
+        async fn push_windows(
+            &self,
+            request: tonic::Request<super::PushWindowsRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::PushWindowsResponse>,
             tonic::Status,
         >;
     }
@@ -799,6 +882,51 @@ pub mod registry_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = PlaceDurableObjectSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/edgeprof.v1.Registry/PushWindows" => {
+                    #[allow(non_camel_case_types)]
+                    struct PushWindowsSvc<T: Registry>(pub Arc<T>);
+                    impl<
+                        T: Registry,
+                    > tonic::server::UnaryService<super::PushWindowsRequest>
+                    for PushWindowsSvc<T> {
+                        type Response = super::PushWindowsResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::PushWindowsRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Registry>::push_windows(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = PushWindowsSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -81,6 +81,27 @@ pub struct Args {
     /// Isolates idle this long (seconds) are reclaimed, Durable Objects included.
     #[arg(long, env = "EDGEPROF_IDLE_ISOLATE_SECS", default_value_t = 120)]
     pub idle_isolate_secs: u64,
+    /// Continuous profiling: CPU samples per second taken in the background
+    /// on every isolate (0 turns continuous profiling off; at most 100),
+    /// rounded to whole sampling ticks.
+    #[arg(long, env = "EDGEPROF_CONTINUOUS_HZ", default_value_t = 19)]
+    pub continuous_hz: u32,
+    /// Length of a continuous-profiling window (whole seconds, 1s–5min, e.g.
+    /// `10s`, `1min`); windows start at wall-clock multiples of it.
+    #[arg(long, env = "EDGEPROF_CONTINUOUS_WINDOW", default_value = "10s")]
+    pub continuous_window: String,
+    /// How long unsent windows are kept while the control plane is away
+    /// (1s–24h, e.g. `10min`); older ones are dropped and counted.
+    #[arg(long, env = "EDGEPROF_CONTINUOUS_BUFFER", default_value = "10min")]
+    pub continuous_buffer: String,
+    /// Most bytes of unsent windows kept (1 MiB–64 GiB); past it the oldest
+    /// window is dropped and counted.
+    #[arg(
+        long,
+        env = "EDGEPROF_CONTINUOUS_QUEUE_BYTES",
+        default_value_t = 64 << 20
+    )]
+    pub continuous_queue_bytes: u64,
     /// Write `{"http": ..., "grpc": ...}` with the bound addresses here once listening.
     #[arg(long, env = "EDGEPROF_READY_FILE")]
     pub ready_file: Option<PathBuf>,
@@ -126,10 +147,84 @@ pub struct Config {
     pub max_isolates_per_account: usize,
     /// Idle isolates are reclaimed after this.
     pub idle_isolate: Duration,
+    /// Continuous profiling, unless `--continuous-hz 0`.
+    pub continuous: Option<Continuous>,
     /// Where to write bound addresses.
     pub ready_file: Option<PathBuf>,
     /// Only check the configuration.
     pub check_only: bool,
+}
+
+/// Continuous profiling settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Continuous {
+    /// CPU samples per second (1–100), before rounding to whole ticks.
+    pub hz: u32,
+    /// Window length (whole seconds).
+    pub window: Duration,
+    /// Unsent windows older than this are dropped.
+    pub buffer: Duration,
+    /// Most bytes of unsent windows kept.
+    pub queue_bytes: u64,
+}
+
+/// Highest `--continuous-hz`.
+pub const MAX_CONTINUOUS_HZ: u32 = 100;
+
+/// `10s`, `250ms`, `5min`, `2h`: a number and a unit (`ms`, `s`, `m` or
+/// `min`, `h`).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().ok()?;
+    let ms = match unit.trim() {
+        "ms" => 1,
+        "s" => 1000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    Some(Duration::from_millis(n.checked_mul(ms)?))
+}
+
+fn continuous(a: &Args) -> Result<Option<Continuous>> {
+    if a.continuous_hz > MAX_CONTINUOUS_HZ {
+        bail!(
+            "--continuous-hz {}: must be 0 (off) to {MAX_CONTINUOUS_HZ}",
+            a.continuous_hz
+        );
+    }
+    let window = parse_duration(&a.continuous_window)
+        .filter(|w| w.subsec_millis() == 0 && (1..=300).contains(&w.as_secs()))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--continuous-window `{}`: must be whole seconds from 1s to 5min (e.g. `10s`)",
+                a.continuous_window
+            )
+        })?;
+    let buffer = parse_duration(&a.continuous_buffer)
+        .filter(|b| (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(b))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--continuous-buffer `{}`: must be 1s–24h (e.g. `10min`)",
+                a.continuous_buffer
+            )
+        })?;
+    if !((1 << 20)..=(64 << 30)).contains(&a.continuous_queue_bytes) {
+        bail!(
+            "--continuous-queue-bytes {}: must be 1 MiB–64 GiB ({}–{})",
+            a.continuous_queue_bytes,
+            1u64 << 20,
+            64u64 << 30
+        );
+    }
+    Ok((a.continuous_hz > 0).then_some(Continuous {
+        hz: a.continuous_hz,
+        window,
+        buffer,
+        queue_bytes: a.continuous_queue_bytes,
+    }))
 }
 
 impl TryFrom<Args> for Config {
@@ -214,6 +309,7 @@ impl TryFrom<Args> for Config {
         if a.idle_isolate_secs == 0 {
             bail!("--idle-isolate-secs: must be positive");
         }
+        let continuous = continuous(&a)?;
         Ok(Config {
             data_center: a.data_center,
             machine_id: a.machine_id,
@@ -232,6 +328,7 @@ impl TryFrom<Args> for Config {
             max_isolates: a.max_isolates,
             max_isolates_per_account: a.max_isolates_per_account,
             idle_isolate: Duration::from_secs(a.idle_isolate_secs),
+            continuous,
             ready_file: a.ready_file,
             check_only: a.check_config,
         })

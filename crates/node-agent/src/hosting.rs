@@ -29,7 +29,12 @@
 //!
 //! Profiling never goes through the job channel: the capture path holds a
 //! [`ProfilerHandle`] per isolate and flips it from another thread while
-//! requests keep running.
+//! requests keep running. With continuous profiling on
+//! ([`Hosting::with_continuous`]), every isolate starts its continuous CPU
+//! and heap captures on its thread before it is published, and an isolate
+//! whose thread ended (evicted, reclaimed, replaced, dropped) waits in a
+//! bounded queue ([`Hosting::take_departed`]) until the collector has taken
+//! the samples of its last window.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -38,8 +43,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use edgeprof_sampler::{
-    EvictionReason, Isolate, IsolateError, Limits, Module, ProfilerHandle, Request, Response,
-    Runtime,
+    CaptureOwner, EvictionReason, Isolate, IsolateError, Limits, Module, ProfileKind,
+    ProfilerHandle, Request, Response, Runtime,
 };
 use tokio::sync::oneshot;
 
@@ -298,6 +303,10 @@ pub const MAX_EVICTED_KEPT: usize = 10_000;
 /// Evicted isolates whose final reading no heartbeat has reported yet.
 type EvictedQueue = Mutex<std::collections::VecDeque<Arc<Slot>>>;
 
+/// Most ended isolates kept for the continuous collector; beyond it the
+/// oldest go with the samples of their last window (counted).
+pub const MAX_DEPARTED_KEPT: usize = 4096;
+
 /// Where a Durable Object's requests go on this machine.
 #[derive(Debug)]
 pub enum ObjectHere {
@@ -366,6 +375,10 @@ pub struct Hosting {
     capacity: Arc<Mutex<Capacity>>,
     start_failures: Arc<StartFailures>,
     evicted: Arc<EvictedQueue>,
+    /// Continuous profiling's CPU interval, if it is on.
+    continuous: Option<Duration>,
+    /// Isolates whose thread ended since the collector last looked.
+    departed: Arc<EvictedQueue>,
     metrics: Arc<Metrics>,
 }
 
@@ -408,8 +421,24 @@ impl Hosting {
             capacity: Arc::default(),
             start_failures: Arc::default(),
             evicted: Arc::default(),
+            continuous: None,
+            departed: Arc::default(),
             metrics,
         }
+    }
+
+    /// Profiles every isolate started from now on continuously: CPU every
+    /// `interval` (whole ticks of the runtime) and heap.
+    pub fn with_continuous(mut self, interval: Duration) -> Self {
+        self.continuous = Some(interval);
+        self
+    }
+
+    /// Isolates whose thread ended since the last call, oldest first: their
+    /// continuous captures still hold the samples of their last window.
+    pub fn take_departed(&self) -> Vec<Arc<Slot>> {
+        let mut q = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        q.drain(..).collect()
     }
 
     /// The engine isolates run on.
@@ -726,6 +755,8 @@ impl Hosting {
             evictions,
             evicted: self.evicted.clone(),
             start_failures: self.start_failures.clone(),
+            continuous: self.continuous,
+            departed: self.departed.clone(),
         };
         let (runtime, module, limits) = (self.runtime.clone(), version.module.clone(), self.limits);
         std::thread::Builder::new()
@@ -737,7 +768,18 @@ impl Hosting {
                 else {
                     return;
                 };
-                serve_loop(isolate, rx, thread_slot, counters)
+                let (departed, metrics) = (counters.departed.clone(), counters.metrics.clone());
+                let continuous = counters.continuous.is_some();
+                serve_loop(isolate, rx, thread_slot.clone(), counters);
+                if continuous {
+                    let mut q = departed.lock().unwrap_or_else(|e| e.into_inner());
+                    q.push_back(thread_slot);
+                    if q.len() > MAX_DEPARTED_KEPT {
+                        let n = q.len() - MAX_DEPARTED_KEPT;
+                        q.drain(..n);
+                        metrics.continuous_departed_lost(n as u64);
+                    }
+                }
             })
             .map_err(|e| StartError::Thread(e.to_string()))?;
         Ok(slot)
@@ -757,7 +799,15 @@ fn start_isolate(
 ) -> Option<Isolate> {
     match Isolate::new(runtime, module, limits) {
         Ok(isolate) => {
-            let _ = slot.profiler.set(isolate.profiler());
+            let profiler = isolate.profiler();
+            if let Some(interval) = counters.continuous {
+                for kind in [ProfileKind::Cpu, ProfileKind::Heap] {
+                    if let Err(e) = profiler.start_for(CaptureOwner::Continuous, kind, interval) {
+                        tracing::warn!(isolate = %slot.id, script = %slot.key, "cannot start continuous {kind:?} profiling: {e}");
+                    }
+                }
+            }
+            let _ = slot.profiler.set(profiler);
             slot.memory_bytes
                 .store(isolate.host_bytes(), Ordering::Relaxed);
             Some(isolate)
@@ -839,6 +889,10 @@ struct Counters {
     evicted: Arc<EvictedQueue>,
     /// Versions that failed to start.
     start_failures: Arc<StartFailures>,
+    /// Continuous profiling's CPU interval, if it is on.
+    continuous: Option<Duration>,
+    /// Where the thread leaves its slot when it ends, for the collector.
+    departed: Arc<EvictedQueue>,
 }
 
 /// How often an idle isolate thread checks whether it was retired.

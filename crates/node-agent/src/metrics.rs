@@ -21,6 +21,51 @@ pub struct Metrics {
     captures_ok: AtomicU64,
     captures_failed: AtomicU64,
     forwarded: AtomicU64,
+    continuous: ContinuousCounters,
+}
+
+/// Why a continuous-profiling window was dropped unsent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowDrop {
+    /// The queue was over its byte bound: the oldest window went.
+    QueueFull,
+    /// Older than `--continuous-buffer` while the control plane was away.
+    Expired,
+    /// The control plane refused it.
+    Rejected,
+    /// Its pprof was over the size bound of one window.
+    Oversized,
+}
+
+impl WindowDrop {
+    const ALL: [WindowDrop; 4] = [
+        WindowDrop::QueueFull,
+        WindowDrop::Expired,
+        WindowDrop::Rejected,
+        WindowDrop::Oversized,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            WindowDrop::QueueFull => "queue_full",
+            WindowDrop::Expired => "expired",
+            WindowDrop::Rejected => "rejected",
+            WindowDrop::Oversized => "oversized",
+        }
+    }
+}
+
+/// One metric: name, type, help, and its values by label set.
+type Series = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
+
+#[derive(Debug, Default)]
+struct ContinuousCounters {
+    dropped: [AtomicU64; 4],
+    shipped: AtomicU64,
+    shipped_bytes: AtomicU64,
+    queue_windows: AtomicU64,
+    queue_bytes: AtomicU64,
+    departed_lost: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +115,96 @@ impl Metrics {
     /// Records a Durable Object request forwarded to its owner.
     pub fn forwarded(&self) {
         self.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records `n` continuous windows dropped unsent.
+    pub fn windows_dropped(&self, why: WindowDrop, n: u64) {
+        let i = WindowDrop::ALL.iter().position(|w| *w == why).unwrap_or(0);
+        self.continuous.dropped[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Continuous windows dropped unsent since the agent started.
+    pub fn windows_dropped_total(&self) -> u64 {
+        let c = &self.continuous;
+        c.dropped.iter().map(|d| d.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Records windows the control plane accepted, and their bytes.
+    pub fn windows_shipped(&self, windows: u64, bytes: u64) {
+        let c = &self.continuous;
+        c.shipped.fetch_add(windows, Ordering::Relaxed);
+        c.shipped_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets the gauges of the unsent-window queue.
+    pub fn window_queue(&self, windows: usize, bytes: u64) {
+        let c = &self.continuous;
+        c.queue_windows.store(windows as u64, Ordering::Relaxed);
+        c.queue_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Records ended isolates whose last window's samples were dropped (the
+    /// queue of ended isolates was full).
+    pub fn continuous_departed_lost(&self, n: u64) {
+        self.continuous
+            .departed_lost
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn render_continuous(&self, out: &mut String) {
+        let c = &self.continuous;
+        let g = |o: &AtomicU64| o.load(Ordering::Relaxed);
+        let dropped: Vec<(String, u64)> = WindowDrop::ALL
+            .iter()
+            .zip(&c.dropped)
+            .map(|(w, n)| (format!("{{reason=\"{}\"}}", w.label()), g(n)))
+            .collect();
+        let one = |v: u64| vec![(String::new(), v)];
+        let series: [Series; 6] = [
+            (
+                "edgeprof_agent_continuous_windows_dropped_total",
+                "counter",
+                "Continuous-profiling windows dropped unsent, by reason.",
+                dropped,
+            ),
+            (
+                "edgeprof_agent_continuous_windows_shipped_total",
+                "counter",
+                "Continuous-profiling windows the control plane accepted.",
+                one(g(&c.shipped)),
+            ),
+            (
+                "edgeprof_agent_continuous_shipped_bytes_total",
+                "counter",
+                "Bytes of gzip'd pprof in the windows pushed successfully.",
+                one(g(&c.shipped_bytes)),
+            ),
+            (
+                "edgeprof_agent_continuous_queue_windows",
+                "gauge",
+                "Continuous-profiling windows waiting to be sent.",
+                one(g(&c.queue_windows)),
+            ),
+            (
+                "edgeprof_agent_continuous_queue_bytes",
+                "gauge",
+                "Bytes of the windows waiting to be sent.",
+                one(g(&c.queue_bytes)),
+            ),
+            (
+                "edgeprof_agent_continuous_isolates_lost_total",
+                "counter",
+                "Ended isolates whose last window's samples were dropped (too many ended at once).",
+                one(g(&c.departed_lost)),
+            ),
+        ];
+        for (name, kind, help, values) in series {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v) in values {
+                let _ = writeln!(out, "{name}{labels} {v}");
+            }
+        }
     }
 
     /// Prometheus text exposition; `isolates` and `memory_bytes` are gauges.
@@ -165,6 +300,7 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE edgeprof_agent_isolate_memory_bytes gauge");
         let _ = writeln!(out, "edgeprof_agent_isolate_memory_bytes {memory_bytes}");
+        self.render_continuous(&mut out);
         out
     }
 }

@@ -4,12 +4,15 @@
 //! script versions the control plane deploys, serves their HTTP traffic,
 //! enforces the per-isolate memory limit, reports its isolates in heartbeats
 //! to the control plane's `Registry`, and answers `NodeAgent.Capture` by
-//! profiling the named isolates while their traffic keeps running.
+//! profiling the named isolates while their traffic keeps running. It also
+//! profiles every isolate continuously at a low rate and ships the windows
+//! to the control plane (`continuous`).
 //!
 //! Modules: [`config`] (flags → validated config), `hosting` (isolates on
 //! their threads, pools per version, Durable Objects), `ingress` (HTTP),
 //! `lease` (which Durable Objects may be served, and until when),
-//! `registry` (control plane client), `capture` (gRPC service), `metrics`,
+//! `registry` (control plane client), `capture` (gRPC service),
+//! `continuous` (background windows: collect, queue, ship), `metrics`,
 //! `native` (pprof-rs self-profile).
 //!
 //! Architecture invariant: the agent never touches the database and keeps no
@@ -18,6 +21,7 @@
 
 mod capture;
 pub mod config;
+mod continuous;
 mod hosting;
 mod ingress;
 mod lease;
@@ -96,7 +100,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         grpc_address: format!("{}:{}", config.advertise_host, grpc.port()),
         http_address: format!("http://{}:{}", config.advertise_host, http.port()),
     };
-    let hosting = Arc::new(hosting::Hosting::new(
+    let mut hosting = hosting::Hosting::new(
         runtime,
         limits,
         hosting::Caps {
@@ -106,7 +110,18 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         },
         config.machine_id.clone(),
         metrics.clone(),
-    ));
+    );
+    if let Some(c) = &config.continuous {
+        let interval = continuous::cpu_interval(c.hz, config.sampling_interval);
+        tracing::info!(
+            "continuous profiling: CPU every {interval:?} ({} Hz asked, ticks of {:?}) and heap, in windows of {:?}",
+            c.hz,
+            config.sampling_interval,
+            c.window
+        );
+        hosting = hosting.with_continuous(interval);
+    }
+    let hosting = Arc::new(hosting);
     let registry = Arc::new(registry::Registry::new(
         &config.control_plane,
         config.agent_secret.clone(),
@@ -191,6 +206,15 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
             tokio::time::sleep(interval).await;
         }
     }));
+
+    if let Some(c) = config.continuous {
+        tasks.extend(continuous::start(
+            c,
+            hosting.clone(),
+            registry.clone(),
+            metrics.clone(),
+        ));
+    }
 
     let idle = config.idle_isolate;
     let reclaim_hosting = hosting.clone();

@@ -1,5 +1,6 @@
 //! The agent's side of the control plane's `Registry`: register, heartbeat,
-//! follow the deployment, fetch modules, place Durable Objects.
+//! follow the deployment, fetch modules, place Durable Objects, push
+//! continuous-profiling windows.
 //!
 //! A heartbeat also reports the final memory reading of every isolate
 //! evicted since the last acknowledged one (put back for the next one if it
@@ -374,6 +375,25 @@ impl Registry {
             .context("module compilation panicked")?
             .with_context(|| format!("version {version_id} of {key} does not compile"))?;
         Ok(Arc::new(module))
+    }
+
+    /// Sends a batch of continuous-profiling windows; `dropped_total`
+    /// counts the windows this agent dropped unsent since it started.
+    pub async fn push_windows(
+        &self,
+        windows: Vec<v1::ProfileWindow>,
+        dropped_total: u64,
+    ) -> Result<v1::PushWindowsResponse, tonic::Status> {
+        let resp = self
+            .client
+            .clone()
+            .push_windows(self.request(v1::PushWindowsRequest {
+                machine: Some(self.machine.clone()),
+                windows,
+                dropped_total,
+            }))
+            .await?;
+        Ok(resp.into_inner())
     }
 
     /// Where Durable Object `namespace:object_id` lives (placing it here

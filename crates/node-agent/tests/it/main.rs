@@ -1,6 +1,11 @@
-//! Tests of the `edgeprof-node-agent` binary's configuration surface. The
-//! agent's serving and capture paths are tested end to end, with real
-//! processes, in `e2e/tests/it/capture.rs`.
+//! Tests of the `edgeprof-node-agent` binary's configuration surface, and
+//! of continuous profiling with the agent in-process against a control
+//! plane implemented in the test (`continuous`, `support`). The agent's
+//! serving and capture paths are tested end to end, with real processes,
+//! in `e2e/tests/it/capture.rs`.
+
+mod continuous;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -65,14 +70,36 @@ fn bad_settings_name_the_flag_and_limit() {
             "--control-plane `ftp://x`: must be an http:// or https:// URL",
         ),
         ("EDGEPROF_DATA_CENTER", "l h r", "--data-center `l h r`"),
+        (
+            "EDGEPROF_CONTINUOUS_HZ",
+            "101",
+            "--continuous-hz 101: must be 0 (off) to 100",
+        ),
+        (
+            "EDGEPROF_CONTINUOUS_WINDOW",
+            "1500ms",
+            "--continuous-window `1500ms`: must be whole seconds from 1s to 5min",
+        ),
+        (
+            "EDGEPROF_CONTINUOUS_WINDOW",
+            "6min",
+            "--continuous-window `6min`: must be whole seconds from 1s to 5min",
+        ),
+        (
+            "EDGEPROF_CONTINUOUS_BUFFER",
+            "ten minutes",
+            "--continuous-buffer `ten minutes`: must be 1s–24h",
+        ),
+        (
+            "EDGEPROF_CONTINUOUS_QUEUE_BYTES",
+            "1000",
+            "--continuous-queue-bytes 1000: must be 1 MiB–64 GiB",
+        ),
     ];
     for (key, value, expected) in cases {
         let mut env = env_file();
-        for (k, v) in env.iter_mut() {
-            if k == key {
-                *v = (*value).to_owned();
-            }
-        }
+        env.retain(|(k, _)| k != key);
+        env.push(((*key).to_owned(), (*value).to_owned()));
         let out = agent(&env, &["--check-config"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{key}={value}: {stderr}");

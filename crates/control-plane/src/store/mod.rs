@@ -1,5 +1,6 @@
 //! Persistent state: accounts, tokens, scripts, versions, deployments,
-//! machines, Durable Object placements, capture sessions and their profiles.
+//! machines, Durable Object placements, capture sessions and their profiles,
+//! continuous-profiling windows.
 //!
 //! One set of migrations and one set of SQL statements serve both embedded
 //! SQLite (a file, the default) and PostgreSQL (a `postgres://` URL), through
@@ -20,11 +21,15 @@ mod rows;
 mod schema;
 mod scripts;
 mod sessions;
+mod windows;
 
 pub use accounts::{TOKEN_ID_LEN, token_id};
 pub use rows::*;
 pub use scripts::VersionDeletion;
 pub use sessions::RETENTION_BATCH;
+pub use windows::{
+    CompactionGroup, NewWindow, TimelineColumn, TimelineRow, WindowBlob, WindowFilter,
+};
 
 use schema::MIGRATIONS;
 

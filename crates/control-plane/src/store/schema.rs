@@ -16,6 +16,35 @@ pub(super) const MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX durable_objects_by_last_seen ON durable_objects (last_seen_ms)",
         "CREATE INDEX durable_objects_by_machine ON durable_objects (machine_id)",
     ],
+    PROFILE_WINDOWS,
+];
+
+/// Migration 5: continuous-profiling windows. `value` is the sum of the
+/// profile's primary sample value (CPU nanoseconds, or sampled bytes
+/// allocated), `bytes` its inflated size, so timelines and query bounds
+/// never read a blob; `level` 0 is a window as an agent sent it, 1 and 2
+/// its compacted blocks (see `crate::history`).
+const PROFILE_WINDOWS: &[&str] = &[
+    "CREATE TABLE profile_windows (
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        version_id TEXT NOT NULL,
+        data_center TEXT NOT NULL,
+        machine_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        level BIGINT NOT NULL,
+        start_ms BIGINT NOT NULL,
+        end_ms BIGINT NOT NULL,
+        samples BIGINT NOT NULL,
+        requests BIGINT NOT NULL,
+        value BIGINT NOT NULL,
+        bytes BIGINT NOT NULL,
+        pprof BYTEA NOT NULL)",
+    "CREATE UNIQUE INDEX profile_windows_key ON profile_windows
+        (machine_id, account_id, script, version_id, kind, level, start_ms)",
+    "CREATE INDEX profile_windows_by_script ON profile_windows (account_id, script, kind, start_ms)",
+    "CREATE INDEX profile_windows_by_level ON profile_windows (level, start_ms)",
+    "CREATE INDEX profile_windows_by_age ON profile_windows (end_ms)",
 ];
 
 /// Migration 1.

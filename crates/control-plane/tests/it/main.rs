@@ -13,3 +13,4 @@ mod process;
 mod storage;
 mod support;
 mod tls;
+mod windows_store;

@@ -1,0 +1,448 @@
+//! Continuous-profiling windows: stored once per (machine, account, script,
+//! version, kind, level, start) — a retried batch is a no-op — read by
+//! range through the index columns (timelines, query bounds) or with their
+//! blobs (merged profiles), compacted group by group inside one
+//! transaction each, and deleted by age in batches.
+
+use futures_util::StreamExt;
+use sqlx::Row;
+
+use edgeprof_proto::rest::ProfileKind;
+
+use super::{Result, Store, StoreError, sql};
+
+/// A window to store (as an agent sent it, or a compacted block).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWindow {
+    /// Owning account.
+    pub account: String,
+    /// Script.
+    pub script: String,
+    /// Version id.
+    pub version_id: String,
+    /// Data center of the machine.
+    pub data_center: String,
+    /// Machine that profiled it.
+    pub machine_id: String,
+    /// CPU or heap.
+    pub kind: ProfileKind,
+    /// 0 as sent; 1, 2 compacted.
+    pub level: i64,
+    /// Unix ms, inclusive.
+    pub start_ms: i64,
+    /// Unix ms, exclusive.
+    pub end_ms: i64,
+    /// Samples taken.
+    pub samples: i64,
+    /// Requests begun in it.
+    pub requests: i64,
+    /// Sum of the primary sample value.
+    pub value: i64,
+    /// Inflated size of the profile.
+    pub bytes: i64,
+    /// The gzip'd pprof.
+    pub pprof: Vec<u8>,
+}
+
+/// A stored window with its blob, as queries and compaction read it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct WindowBlob {
+    /// Version id.
+    pub version_id: String,
+    /// Data center.
+    pub data_center: String,
+    /// Machine.
+    pub machine_id: String,
+    /// Compaction level.
+    pub level: i64,
+    /// Unix ms.
+    pub start_ms: i64,
+    /// Unix ms.
+    pub end_ms: i64,
+    /// Samples.
+    pub samples: i64,
+    /// Requests.
+    pub requests: i64,
+    /// Primary value.
+    pub value: i64,
+    /// Inflated size.
+    pub bytes: i64,
+    /// The gzip'd pprof.
+    pub pprof: Vec<u8>,
+}
+
+/// Which windows a query covers: those of one script and kind whose start
+/// is in `[from_ms, to_ms)`, optionally of one version, data center or
+/// machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowFilter<'a> {
+    /// Account.
+    pub account: &'a str,
+    /// Script.
+    pub script: &'a str,
+    /// Kind.
+    pub kind: ProfileKind,
+    /// Unix ms, inclusive.
+    pub from_ms: i64,
+    /// Unix ms, exclusive.
+    pub to_ms: i64,
+    /// Only this version id.
+    pub version_id: Option<&'a str>,
+    /// Only this data center.
+    pub data_center: Option<&'a str>,
+    /// Only this machine.
+    pub machine_id: Option<&'a str>,
+}
+
+impl WindowFilter<'_> {
+    /// `WHERE …` with placeholders from `$1`, and the values to bind.
+    fn clause(&self) -> (String, Vec<String>) {
+        let mut text = String::from(
+            "account_id = $1 AND script = $2 AND kind = $3 AND start_ms >= $4 AND start_ms < $5",
+        );
+        let mut strings = Vec::new();
+        for (column, v) in [
+            ("version_id", self.version_id),
+            ("data_center", self.data_center),
+            ("machine_id", self.machine_id),
+        ] {
+            if let Some(v) = v {
+                strings.push(v.to_owned());
+                text.push_str(&format!(" AND {column} = ${}", 5 + strings.len()));
+            }
+        }
+        (text, strings)
+    }
+}
+
+/// A group of windows compaction merges into one block.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct CompactionGroup {
+    /// Account.
+    pub account_id: String,
+    /// Script.
+    pub script: String,
+    /// Version id.
+    pub version_id: String,
+    /// Kind, as stored.
+    pub kind: String,
+    /// Machine.
+    pub machine_id: String,
+    /// Start of the block divided by its length.
+    pub bucket: i64,
+}
+
+/// What a timeline step sums.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TimelineRow {
+    /// The group's value (or `all`).
+    pub key: String,
+    /// Steps since the range's start.
+    pub step: i64,
+    /// Summed values.
+    pub value: i64,
+    /// Summed requests.
+    pub requests: i64,
+}
+
+/// Column a timeline groups by (constants only: they are spliced into SQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimelineColumn {
+    /// One series.
+    All,
+    /// Per version id.
+    Version,
+    /// Per data center.
+    DataCenter,
+    /// Per machine.
+    Machine,
+}
+
+impl TimelineColumn {
+    fn sql(self) -> &'static str {
+        match self {
+            TimelineColumn::All => "CAST('all' AS TEXT)",
+            TimelineColumn::Version => "version_id",
+            TimelineColumn::DataCenter => "data_center",
+            TimelineColumn::Machine => "machine_id",
+        }
+    }
+}
+
+const BLOB_COLUMNS: &str = "version_id, data_center, machine_id, level, start_ms, end_ms, samples, requests, value, bytes, pprof";
+
+fn bind_filter<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    f: &WindowFilter<'_>,
+    strings: Vec<String>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    q = q
+        .bind(f.account.to_owned())
+        .bind(f.script.to_owned())
+        .bind(f.kind.as_str())
+        .bind(f.from_ms)
+        .bind(f.to_ms);
+    for s in strings {
+        q = q.bind(s);
+    }
+    q
+}
+
+const INSERT: &str = "INSERT INTO profile_windows
+    (account_id, script, version_id, data_center, machine_id, kind, level, start_ms, end_ms,
+     samples, requests, value, bytes, pprof)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+fn insert_query(
+    w: &NewWindow,
+    on_conflict: &'static str,
+) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("{INSERT}{on_conflict}")))
+        .bind(w.account.clone())
+        .bind(w.script.clone())
+        .bind(w.version_id.clone())
+        .bind(w.data_center.clone())
+        .bind(w.machine_id.clone())
+        .bind(w.kind.as_str())
+        .bind(w.level)
+        .bind(w.start_ms)
+        .bind(w.end_ms)
+        .bind(w.samples)
+        .bind(w.requests)
+        .bind(w.value)
+        .bind(w.bytes)
+        .bind(w.pprof.clone())
+}
+
+impl Store {
+    /// Whether `version_id` is a version of `account`'s `script`.
+    pub async fn version_of_script(
+        &self,
+        account: &str,
+        script: &str,
+        version_id: &str,
+    ) -> Result<bool> {
+        let row = sqlx::query(
+            "SELECT 1 FROM script_versions WHERE account_id = $1 AND script = $2 AND id = $3",
+        )
+        .bind(account)
+        .bind(script)
+        .bind(version_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!("look up version {version_id}")))?;
+        Ok(row.is_some())
+    }
+
+    /// Stores windows, skipping any already stored (same machine, account,
+    /// script, version, kind, level and start); how many were new.
+    pub async fn insert_windows(&self, windows: &[NewWindow]) -> Result<u64> {
+        if windows.is_empty() {
+            return Ok(0);
+        }
+        let _w = self.write.lock().await;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(sql("begin storing windows"))?;
+        let mut stored = 0;
+        for w in windows {
+            stored += insert_query(w, " ON CONFLICT DO NOTHING")
+                .execute(&mut *tx)
+                .await
+                .map_err(sql("store a profile window"))?
+                .rows_affected();
+        }
+        tx.commit().await.map_err(sql("commit profile windows"))?;
+        Ok(stored)
+    }
+
+    /// How many windows `filter` covers and their inflated bytes, from the
+    /// index columns only.
+    pub async fn window_totals(&self, filter: &WindowFilter<'_>) -> Result<(i64, i64)> {
+        let (clause, strings) = filter.clause();
+        let text = format!(
+            "SELECT CAST(COUNT(*) AS BIGINT), CAST(COALESCE(SUM(bytes), 0) AS BIGINT)
+             FROM profile_windows WHERE {clause}"
+        );
+        let row = bind_filter(sqlx::query(sqlx::AssertSqlSafe(text)), filter, strings)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("count profile windows"))?;
+        let get = |i| {
+            row.try_get::<i64, _>(i)
+                .map_err(sql("count profile windows"))
+        };
+        Ok((get(0)?, get(1)?))
+    }
+
+    /// Calls `each` with every window `filter` covers, blob included, one
+    /// at a time as the database sends them (oldest first); stops at the
+    /// first error `each` returns.
+    pub async fn for_each_window<E>(
+        &self,
+        filter: &WindowFilter<'_>,
+        mut each: impl FnMut(WindowBlob) -> std::result::Result<(), E>,
+    ) -> Result<std::result::Result<(), E>> {
+        let (clause, strings) = filter.clause();
+        let text = format!(
+            "SELECT {BLOB_COLUMNS} FROM profile_windows WHERE {clause}
+             ORDER BY start_ms, machine_id, version_id, level"
+        );
+        let q = bind_filter(sqlx::query(sqlx::AssertSqlSafe(text)), filter, strings);
+        let mut rows = q.fetch(&self.pool);
+        while let Some(row) = rows.next().await {
+            let row = row.map_err(sql("read profile windows"))?;
+            let w: WindowBlob =
+                sqlx::FromRow::from_row(&row).map_err(sql("read a profile window"))?;
+            if let Err(e) = each(w) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Values and requests of the windows `filter` covers, summed per
+    /// `step_ms` from its start and per `group`, from the index columns.
+    pub async fn window_timeline(
+        &self,
+        filter: &WindowFilter<'_>,
+        group: TimelineColumn,
+        step_ms: i64,
+    ) -> Result<Vec<TimelineRow>> {
+        let (clause, strings) = filter.clause();
+        let text = format!(
+            "SELECT {key} AS key, CAST((start_ms - {from}) / {step_ms} AS BIGINT) AS step,
+                    CAST(SUM(value) AS BIGINT) AS value, CAST(SUM(requests) AS BIGINT) AS requests
+             FROM profile_windows WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2",
+            key = group.sql(),
+            from = filter.from_ms,
+        );
+        let q = bind_filter(sqlx::query(sqlx::AssertSqlSafe(text)), filter, strings);
+        let rows = q
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("sum profile windows"))?;
+        rows.iter()
+            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a timeline row")))
+            .collect()
+    }
+
+    /// Up to `limit` groups of level-`level` windows starting before
+    /// `cutoff_ms`, by block of `block_ms` per account, script, version,
+    /// kind and machine.
+    pub async fn compaction_groups(
+        &self,
+        level: i64,
+        block_ms: i64,
+        cutoff_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CompactionGroup>> {
+        let text = format!(
+            "SELECT account_id, script, version_id, kind, machine_id,
+                    CAST(start_ms / {block_ms} AS BIGINT) AS bucket
+             FROM profile_windows WHERE level = $1 AND start_ms < $2
+             GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 6 LIMIT $3"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(text))
+            .bind(level)
+            .bind(cutoff_ms)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("find windows to compact"))?;
+        rows.iter()
+            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a compaction group")))
+            .collect()
+    }
+
+    /// Replaces the level-`level` windows of `group` (and a level-`level +
+    /// 1` block already in the same bucket, from an earlier pass) with the
+    /// one block `merge` makes of them, in one transaction. `Ok(false)`
+    /// when there was nothing to do or another replica changed the group
+    /// meanwhile (its rows differ from those read, or its block already
+    /// exists): nothing is changed then.
+    pub async fn compact_group<E: std::fmt::Display>(
+        &self,
+        group: &CompactionGroup,
+        level: i64,
+        block_ms: i64,
+        merge: impl FnOnce(&[WindowBlob]) -> std::result::Result<NewWindow, E>,
+    ) -> Result<bool> {
+        let (b0, b1) = (group.bucket * block_ms, (group.bucket + 1) * block_ms);
+        let _w = self.write.lock().await;
+        let mut tx = self.pool.begin().await.map_err(sql("begin compaction"))?;
+        let where_ = "machine_id = $1 AND account_id = $2 AND script = $3 AND version_id = $4
+             AND kind = $5 AND level >= $6 AND level <= $7 AND start_ms >= $8 AND start_ms < $9";
+        let bind = |q: sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>| {
+            q.bind(group.machine_id.clone())
+                .bind(group.account_id.clone())
+                .bind(group.script.clone())
+                .bind(group.version_id.clone())
+                .bind(group.kind.clone())
+                .bind(level)
+                .bind(level + 1)
+                .bind(b0)
+                .bind(b1)
+        };
+        let rows = bind(sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {BLOB_COLUMNS} FROM profile_windows WHERE {where_} ORDER BY start_ms, level"
+        ))))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(sql("read windows to compact"))?;
+        let inputs: Vec<WindowBlob> = rows
+            .iter()
+            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a window to compact")))
+            .collect::<Result<_>>()?;
+        if !inputs.iter().any(|w| w.level == level) {
+            return Ok(false);
+        }
+        let block = merge(&inputs).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "cannot compact windows of {}/{} version {} on {}: {e}",
+                group.account_id, group.script, group.version_id, group.machine_id
+            ))
+        })?;
+        let deleted = bind(sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM profile_windows WHERE {where_}"
+        ))))
+        .execute(&mut *tx)
+        .await
+        .map_err(sql("delete compacted windows"))?
+        .rows_affected();
+        if deleted != inputs.len() as u64 {
+            return Ok(false); // dropped: rolls back
+        }
+        let inserted = insert_query(&block, " ON CONFLICT DO NOTHING")
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("store a compacted block"))?
+            .rows_affected();
+        if inserted != 1 {
+            return Ok(false);
+        }
+        tx.commit().await.map_err(sql("commit compaction"))?;
+        Ok(true)
+    }
+
+    /// Deletes up to `batch` windows that ended before `cutoff_ms`, oldest
+    /// first; call again until it deletes fewer than `batch`.
+    pub async fn delete_windows_before(&self, cutoff_ms: i64, batch: usize) -> Result<u64> {
+        let _w = self.write.lock().await;
+        let n = sqlx::query(
+            "DELETE FROM profile_windows
+             WHERE (machine_id, account_id, script, version_id, kind, level, start_ms) IN (
+                SELECT machine_id, account_id, script, version_id, kind, level, start_ms
+                FROM profile_windows WHERE end_ms < $1 ORDER BY end_ms LIMIT $2)",
+        )
+        .bind(cutoff_ms)
+        .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+        .execute(&self.pool)
+        .await
+        .map_err(sql("delete expired profile windows"))?
+        .rows_affected();
+        Ok(n)
+    }
+}

@@ -30,6 +30,7 @@ pub mod capture;
 pub mod clock;
 pub mod dashboard;
 pub mod fleet;
+pub mod history;
 pub mod metrics;
 pub mod names;
 pub mod registry;
@@ -92,12 +93,19 @@ pub struct Config {
     /// Sessions (and their profiles) older than this are deleted in the
     /// background; `None`: kept forever.
     pub retention: Option<Duration>,
+    /// Continuous-profiling windows that ended longer ago than this are
+    /// deleted in the background.
+    pub history_retention: Duration,
     /// The clock (manual in tests).
     pub clock: clock::Clock,
 }
 
 /// Default of [`Config::retention`]: 30 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Default of [`Config::history_retention`]: 7 days.
+pub const DEFAULT_HISTORY_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Windows deleted per statement by the history sweep.
+pub const HISTORY_SWEEP_BATCH: usize = 1_000;
 /// How often retention runs.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(600);
 /// Default of [`Config::durable_object_ttl`].
@@ -128,6 +136,7 @@ impl Config {
             http: server::HttpLimits::default(),
             capture_limits: capture::Limits::default(),
             retention: Some(DEFAULT_RETENTION),
+            history_retention: DEFAULT_HISTORY_RETENTION,
             clock: clock::Clock::system(),
         }
     }
@@ -198,6 +207,12 @@ impl Config {
                 self.retention.unwrap_or_default()
             );
         }
+        if self.history_retention < Duration::from_secs(3600) {
+            anyhow::bail!(
+                "history retention: at least 1 h (got {:?})",
+                self.history_retention
+            );
+        }
         if self.max_captures_per_script == 0 {
             anyhow::bail!("max captures per script: must be at least 1");
         }
@@ -232,6 +247,7 @@ pub struct ControlPlane {
     /// Whether the REST API is served over TLS.
     pub tls: bool,
     retention: Option<Duration>,
+    history_retention: Duration,
     durable_object_ttl: Duration,
     http_task: tokio::task::JoinHandle<()>,
     grpc_task: tokio::task::JoinHandle<()>,
@@ -328,6 +344,7 @@ impl ControlPlane {
         let housekeeping_task = {
             let (store, clock) = (store.clone(), config.clock.clone());
             let (retention, ttl) = (config.retention, config.durable_object_ttl);
+            let history = config.history_retention;
             tokio::spawn(async move {
                 loop {
                     if let Some(retention) = retention
@@ -337,6 +354,9 @@ impl ControlPlane {
                     }
                     if let Err(e) = sweep_durable_objects(&store, ttl, clock.now_ms()).await {
                         tracing::error!("durable object placements: {e:#}");
+                    }
+                    if let Err(e) = sweep_history(&store, history, clock.now_ms()).await {
+                        tracing::error!("history retention: {e:#}");
                     }
                     tokio::time::sleep(RETENTION_INTERVAL).await;
                 }
@@ -352,6 +372,7 @@ impl ControlPlane {
             clock: config.clock.clone(),
             tls: serving_tls,
             retention: config.retention,
+            history_retention: config.history_retention,
             durable_object_ttl: config.durable_object_ttl,
             http_task,
             grpc_task,
@@ -372,6 +393,12 @@ impl ControlPlane {
     /// (as the background task does every [`RETENTION_INTERVAL`]); how many.
     pub async fn sweep_durable_objects(&self) -> Result<u64> {
         sweep_durable_objects(&self.store, self.durable_object_ttl, self.clock.now_ms()).await
+    }
+
+    /// Deletes continuous-profiling windows past the history retention now
+    /// (as the background task does every [`RETENTION_INTERVAL`]); how many.
+    pub async fn sweep_history(&self) -> Result<u64> {
+        sweep_history(&self.store, self.history_retention, self.clock.now_ms()).await
     }
 
     /// Waits until a server stops (which only happens on an error).
@@ -454,6 +481,32 @@ pub async fn sweep_durable_objects(
             placements = total,
             "durable objects unseen for {} min: placements reclaimed",
             ttl.as_secs() / 60
+        );
+    }
+    Ok(total)
+}
+
+/// Deletes continuous-profiling windows that ended more than `retention`
+/// before `now_ms`, in batches of [`HISTORY_SWEEP_BATCH`], yielding between
+/// batches. Safe beside other replicas: each batch is one statement.
+pub async fn sweep_history(store: &store::Store, retention: Duration, now_ms: i64) -> Result<u64> {
+    let cutoff = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+    let mut total = 0;
+    loop {
+        let n = store
+            .delete_windows_before(cutoff, HISTORY_SWEEP_BATCH)
+            .await?;
+        total += n;
+        if n < HISTORY_SWEEP_BATCH as u64 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    if total > 0 {
+        tracing::info!(
+            windows = total,
+            "history retention: deleted windows older than {} h",
+            retention.as_secs() / 3600
         );
     }
     Ok(total)

@@ -107,6 +107,10 @@ struct Args {
     /// `forever` to keep them.
     #[arg(long, env = "EDGEPROF_RETENTION", default_value = "30d")]
     retention: String,
+    /// Delete continuous-profiling windows that ended longer ago than this,
+    /// in the background (`d`, `h` or `m`, at least `1h`).
+    #[arg(long, env = "EDGEPROF_HISTORY_RETENTION", default_value = "7d")]
+    history_retention: String,
     /// Delete a Durable Object's placement when no machine has placed,
     /// confirmed or listed it for this long (`h` or `m`, at least `10m` and
     /// twice the lease); its next request places it afresh.
@@ -219,6 +223,7 @@ fn config(args: &Args) -> Result<Config> {
         });
     }
     c.retention = parse_retention(&args.retention)?;
+    c.history_retention = parse_age("--history-retention", &args.history_retention, "`7d`")?;
     c.durable_object_ttl = parse_age("--durable-object-ttl", &args.durable_object_ttl, "`1h`")?;
     c.http.max_connections = args.max_connections;
     c.http.header_timeout = Duration::from_millis(args.header_timeout_ms);

@@ -361,12 +361,26 @@ impl v1::registry_server::Registry for RegistryService {
 
     async fn push_windows(
         &self,
-        _request: Request<v1::PushWindowsRequest>,
+        request: Request<v1::PushWindowsRequest>,
     ) -> Result<Response<v1::PushWindowsResponse>, Status> {
-        // Replaced by the continuous-profiling store (issue 13).
-        Err(Status::unimplemented(
-            "continuous profiling windows are not stored yet",
-        ))
+        let req = request.into_inner();
+        let machine = machine_from_proto(req.machine)?;
+        let now_ms = self.fleet.clock().now_ms();
+        let pushed = crate::history::ingest::push(&self.store, &machine, req.windows, now_ms)
+            .await
+            .map_err(internal)?;
+        if let Some(first) = pushed.rejected.first() {
+            tracing::warn!(
+                machine = %machine.id,
+                refused = pushed.rejected.len(),
+                first = %first,
+                "profile windows refused"
+            );
+        }
+        Ok(Response::new(v1::PushWindowsResponse {
+            accepted: pushed.accepted,
+            rejected: pushed.rejected,
+        }))
     }
 }
 

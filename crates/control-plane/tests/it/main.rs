@@ -6,6 +6,7 @@ mod admission;
 mod api;
 mod architecture;
 mod capture;
+mod history_ingest;
 mod lifecycle;
 mod memory;
 mod placement;

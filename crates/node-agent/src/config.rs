@@ -84,8 +84,8 @@ pub struct Args {
     /// Continuous profiling: CPU samples per second taken in the background
     /// on every isolate (0, the default, turns continuous profiling off;
     /// at most 100; 19 is Parca's rate), rounded to whole sampling ticks.
-    /// Off by default until the control plane stores the windows: it
-    /// answers `PushWindows` unimplemented for now.
+    /// Off by default until the control plane can be asked for the
+    /// history it stores (no query routes yet).
     #[arg(long, env = "EDGEPROF_CONTINUOUS_HZ", default_value_t = 0)]
     pub continuous_hz: u32,
     /// Length of a continuous-profiling window (whole seconds, 1s–5min, e.g.

@@ -59,6 +59,22 @@ pub fn string(profile: &Profile, index: i64) -> &str {
         .map_or("", String::as_str)
 }
 
+/// Adds a header comment (`go tool pprof` prints it above its report),
+/// reusing the string if the table has it, and never twice.
+pub fn add_comment(profile: &mut Profile, text: &str) {
+    let index = match profile.string_table.iter().position(|s| s == text) {
+        Some(i) => i,
+        None => {
+            profile.string_table.push(text.to_owned());
+            profile.string_table.len() - 1
+        }
+    };
+    let index = index as i64;
+    if !profile.comment.contains(&index) {
+        profile.comment.push(index);
+    }
+}
+
 /// `(type, unit)` of each sample type, as strings.
 pub fn sample_types(profile: &Profile) -> Vec<(&str, &str)> {
     profile

@@ -205,7 +205,7 @@ pub fn merge_responses(spec: &CaptureSpec, answers: &[Answer], limits: &Limits) 
         Err(e) => return failed(format!("cannot merge the profiles: {e}"), failures),
     };
     if let Some(n) = requests {
-        add_comment(&mut merged, &format!("requests: {n}"));
+        edgeprof_pprof::add_comment(&mut merged, &format!("requests: {n}"));
     }
     let (status, detail) = if failures.is_empty() {
         (SessionStatus::Done, None)
@@ -223,21 +223,6 @@ pub fn merge_responses(spec: &CaptureSpec, answers: &[Answer], limits: &Limits) 
         requests,
         error: None,
         detail,
-    }
-}
-
-/// Adds a header comment (`go tool pprof` prints it above the report).
-fn add_comment(profile: &mut edgeprof_pprof::Profile, text: &str) {
-    let index = match profile.string_table.iter().position(|s| s == text) {
-        Some(i) => i,
-        None => {
-            profile.string_table.push(text.to_owned());
-            profile.string_table.len() - 1
-        }
-    };
-    let index = index as i64;
-    if !profile.comment.contains(&index) {
-        profile.comment.push(index);
     }
 }
 

@@ -87,7 +87,7 @@ pub fn collect(
         let Ok(mut profile) = merger.finish() else {
             continue;
         };
-        add_comment(&mut profile, &format!("requests: {requests}"));
+        edgeprof_pprof::add_comment(&mut profile, &format!("requests: {requests}"));
         let pprof = edgeprof_pprof::encode(&profile);
         if pprof.len() > MAX_WINDOW_PPROF_BYTES {
             tracing::warn!(
@@ -110,20 +110,4 @@ pub fn collect(
         });
     }
     out
-}
-
-/// Adds a header comment (`go tool pprof` prints it above the report), as
-/// the control plane does for a capture's `requests: N`.
-fn add_comment(profile: &mut edgeprof_pprof::Profile, text: &str) {
-    let index = match profile.string_table.iter().position(|s| s == text) {
-        Some(i) => i,
-        None => {
-            profile.string_table.push(text.to_owned());
-            profile.string_table.len() - 1
-        }
-    };
-    let index = index as i64;
-    if !profile.comment.contains(&index) {
-        profile.comment.push(index);
-    }
 }

@@ -173,23 +173,6 @@ pub struct Continuous {
 /// Highest `--continuous-hz`.
 pub const MAX_CONTINUOUS_HZ: u32 = 100;
 
-/// `10s`, `250ms`, `5min`, `2h`: a number and a unit (`ms`, `s`, `m` or
-/// `min`, `h`).
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit())?;
-    let (n, unit) = t.split_at(split);
-    let n: u64 = n.parse().ok()?;
-    let ms = match unit.trim() {
-        "ms" => 1,
-        "s" => 1000,
-        "m" | "min" => 60_000,
-        "h" => 3_600_000,
-        _ => return None,
-    };
-    Some(Duration::from_millis(n.checked_mul(ms)?))
-}
-
 fn continuous(a: &Args) -> Result<Option<Continuous>> {
     if a.continuous_hz > MAX_CONTINUOUS_HZ {
         bail!(
@@ -197,15 +180,17 @@ fn continuous(a: &Args) -> Result<Option<Continuous>> {
             a.continuous_hz
         );
     }
-    let window = parse_duration(&a.continuous_window)
-        .filter(|w| w.subsec_millis() == 0 && (1..=300).contains(&w.as_secs()))
+    let window = humantime::parse_duration(a.continuous_window.trim())
+        .ok()
+        .filter(|w| w.subsec_nanos() == 0 && (1..=300).contains(&w.as_secs()))
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "--continuous-window `{}`: must be whole seconds from 1s to 5min (e.g. `10s`)",
                 a.continuous_window
             )
         })?;
-    let buffer = parse_duration(&a.continuous_buffer)
+    let buffer = humantime::parse_duration(a.continuous_buffer.trim())
+        .ok()
         .filter(|b| (Duration::from_secs(1)..=Duration::from_secs(86_400)).contains(b))
         .ok_or_else(|| {
             anyhow::anyhow!(

@@ -98,8 +98,11 @@ fn bad_settings_name_the_flag_and_limit() {
     ];
     for (key, value, expected) in cases {
         let mut env = env_file();
-        env.retain(|(k, _)| k != key);
-        env.push(((*key).to_owned(), (*value).to_owned()));
+        let entry = env
+            .iter_mut()
+            .find(|(k, _)| k == key)
+            .unwrap_or_else(|| panic!("node-agent.env.example lists {key}"));
+        entry.1 = (*value).to_owned();
         let out = agent(&env, &["--check-config"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{key}={value}: {stderr}");

@@ -465,17 +465,10 @@ pub async fn sweep_durable_objects(
     now_ms: i64,
 ) -> Result<u64> {
     let cutoff = now_ms.saturating_sub(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-    let mut total = 0;
-    loop {
-        let n = store
-            .delete_durable_objects_unseen_before(cutoff, DURABLE_OBJECT_SWEEP_BATCH)
-            .await?;
-        total += n;
-        if n < DURABLE_OBJECT_SWEEP_BATCH as u64 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let total = in_batches(DURABLE_OBJECT_SWEEP_BATCH, || {
+        store.delete_durable_objects_unseen_before(cutoff, DURABLE_OBJECT_SWEEP_BATCH)
+    })
+    .await?;
     if total > 0 {
         tracing::info!(
             placements = total,
@@ -491,17 +484,10 @@ pub async fn sweep_durable_objects(
 /// batches. Safe beside other replicas: each batch is one statement.
 pub async fn sweep_history(store: &store::Store, retention: Duration, now_ms: i64) -> Result<u64> {
     let cutoff = now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
-    let mut total = 0;
-    loop {
-        let n = store
-            .delete_windows_before(cutoff, HISTORY_SWEEP_BATCH)
-            .await?;
-        total += n;
-        if n < HISTORY_SWEEP_BATCH as u64 {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    let total = in_batches(HISTORY_SWEEP_BATCH, || {
+        store.delete_windows_before(cutoff, HISTORY_SWEEP_BATCH)
+    })
+    .await?;
     if total > 0 {
         tracing::info!(
             windows = total,
@@ -510,4 +496,23 @@ pub async fn sweep_history(store: &store::Store, retention: Duration, now_ms: i6
         );
     }
     Ok(total)
+}
+
+/// Runs `delete` (one bounded statement deleting at most `batch` rows)
+/// until a run deletes fewer, yielding between runs so requests keep being
+/// served; the rows deleted in all.
+async fn in_batches<F, Fut>(batch: usize, mut delete: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = store::Result<u64>>,
+{
+    let mut total = 0;
+    loop {
+        let n = delete().await?;
+        total += n;
+        if n < batch as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
 }

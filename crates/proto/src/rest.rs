@@ -684,6 +684,10 @@ mod tests {
 }
 
 // ---- continuous profiling history ----
+//
+// The contract of the history routes. The control plane stores windows but
+// does not serve these routes yet (issue 13); the types are here so the
+// routes, the CLI and their tests share them when they land.
 
 /// Longest range one history query covers, in milliseconds (31 days).
 pub const MAX_HISTORY_RANGE_MS: i64 = 31 * 24 * 3_600_000;

@@ -2,6 +2,8 @@
 //! (a refused one is named with its reason, the others stored), then the
 //! accepted ones are stored in one transaction, idempotently.
 
+use std::collections::HashMap;
+
 use edgeprof_proto::rest::ProfileKind;
 use edgeprof_proto::v1;
 
@@ -50,6 +52,9 @@ pub async fn push(
 ) -> Result<Pushed, StoreError> {
     let mut out = Pushed::default();
     let mut checked = Vec::new();
+    // A push carries each version's CPU and heap windows, often of many
+    // windows: each (account, script, version) is looked up once.
+    let mut known = HashMap::new();
     for (i, w) in windows.into_iter().enumerate() {
         if i >= MAX_WINDOWS_PER_PUSH {
             out.rejected.push(format!(
@@ -57,15 +62,15 @@ pub async fn push(
             ));
             continue;
         }
-        match check(store, machine, w, now_ms).await? {
+        match check(store, machine, w, now_ms, &mut known).await? {
             Ok(n) => checked.push(n),
             Err(reason) => out
                 .rejected
                 .push(format!("window {i}: {}", truncate(&reason, 512))),
         }
     }
-    store.insert_windows(&checked).await?;
     out.accepted = checked.len() as u32;
+    store.insert_windows(checked).await?;
     Ok(out)
 }
 
@@ -75,6 +80,7 @@ async fn check(
     machine: &Machine,
     w: v1::ProfileWindow,
     now_ms: i64,
+    known: &mut HashMap<(String, String, String), bool>,
 ) -> Result<Result<NewWindow, String>, StoreError> {
     let kind = match v1::ProfileKind::try_from(w.kind) {
         Ok(v1::ProfileKind::Cpu) => ProfileKind::Cpu,
@@ -110,10 +116,18 @@ async fn check(
             w.pprof.len()
         )));
     }
-    if !store
-        .version_of_script(&w.account, &w.script, &w.version_id)
-        .await?
-    {
+    let key = (w.account.clone(), w.script.clone(), w.version_id.clone());
+    let exists = match known.get(&key) {
+        Some(&b) => b,
+        None => {
+            let b = store
+                .version_of_script(&w.account, &w.script, &w.version_id)
+                .await?;
+            known.insert(key, b);
+            b
+        }
+    };
+    if !exists {
         return Ok(Err(format!(
             "{}/{}: no version {} of this script in this account",
             w.account, w.script, w.version_id

@@ -21,9 +21,10 @@ pub(super) const MIGRATIONS: &[&[&str]] = &[
 
 /// Migration 5: continuous-profiling windows. `value` is the sum of the
 /// profile's primary sample value (CPU nanoseconds, or sampled bytes
-/// allocated), `bytes` its inflated size, so timelines and query bounds
-/// never read a blob; `level` 0 is a window as an agent sent it, 1 and 2
-/// its compacted blocks (see `crate::history`).
+/// allocated), `bytes` its stored (gzip'd) size, so timelines and query
+/// bounds never read a blob; `level` 0 is a window as an agent sent it, 1
+/// and 2 are for compacted blocks (not built yet; `profile_windows_by_level`
+/// is for them).
 const PROFILE_WINDOWS: &[&str] = &[
     "CREATE TABLE profile_windows (
         account_id TEXT NOT NULL,

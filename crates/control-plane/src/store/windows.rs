@@ -1,15 +1,15 @@
 //! Continuous-profiling windows: stored once per (machine, account, script,
 //! version, kind, level, start) — a retried batch is a no-op — read by
 //! range through the index columns (timelines, query bounds) or with their
-//! blobs (merged profiles), compacted group by group inside one
-//! transaction each, and deleted by age in batches.
+//! blobs (merged profiles), and deleted by age in batches. Compaction (the
+//! `level` column) is not built yet.
 
 use futures_util::StreamExt;
 use sqlx::Row;
 
 use edgeprof_proto::rest::ProfileKind;
 
-use super::{Result, Store, StoreError, sql};
+use super::{Result, Store, sql};
 
 /// A window to store (as an agent sent it, or a compacted block).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct NewWindow {
     pub requests: i64,
     /// Sum of the primary sample value.
     pub value: i64,
-    /// Inflated size of the profile.
+    /// Stored (gzip'd) size of the profile.
     pub bytes: i64,
     /// The gzip'd pprof.
     pub pprof: Vec<u8>,
@@ -65,7 +65,7 @@ pub struct WindowBlob {
     pub requests: i64,
     /// Primary value.
     pub value: i64,
-    /// Inflated size.
+    /// Stored (gzip'd) size.
     pub bytes: i64,
     /// The gzip'd pprof.
     pub pprof: Vec<u8>,
@@ -113,23 +113,6 @@ impl WindowFilter<'_> {
         }
         (text, strings)
     }
-}
-
-/// A group of windows compaction merges into one block.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct CompactionGroup {
-    /// Account.
-    pub account_id: String,
-    /// Script.
-    pub script: String,
-    /// Version id.
-    pub version_id: String,
-    /// Kind, as stored.
-    pub kind: String,
-    /// Machine.
-    pub machine_id: String,
-    /// Start of the block divided by its length.
-    pub bucket: i64,
 }
 
 /// What a timeline step sums.
@@ -188,21 +171,21 @@ fn bind_filter<'q>(
     q
 }
 
+/// Stores a window unless one with its key is stored already.
 const INSERT: &str = "INSERT INTO profile_windows
     (account_id, script, version_id, data_center, machine_id, kind, level, start_ms, end_ms,
      samples, requests, value, bytes, pprof)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    ON CONFLICT DO NOTHING";
 
-fn insert_query(
-    w: &NewWindow,
-    on_conflict: &'static str,
-) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("{INSERT}{on_conflict}")))
-        .bind(w.account.clone())
-        .bind(w.script.clone())
-        .bind(w.version_id.clone())
-        .bind(w.data_center.clone())
-        .bind(w.machine_id.clone())
+/// The insert of `w`, which it consumes (the blob is moved, not copied).
+fn insert_query(w: NewWindow) -> sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments> {
+    sqlx::query(INSERT)
+        .bind(w.account)
+        .bind(w.script)
+        .bind(w.version_id)
+        .bind(w.data_center)
+        .bind(w.machine_id)
         .bind(w.kind.as_str())
         .bind(w.level)
         .bind(w.start_ms)
@@ -211,7 +194,7 @@ fn insert_query(
         .bind(w.requests)
         .bind(w.value)
         .bind(w.bytes)
-        .bind(w.pprof.clone())
+        .bind(w.pprof)
 }
 
 impl Store {
@@ -236,7 +219,7 @@ impl Store {
 
     /// Stores windows, skipping any already stored (same machine, account,
     /// script, version, kind, level and start); how many were new.
-    pub async fn insert_windows(&self, windows: &[NewWindow]) -> Result<u64> {
+    pub async fn insert_windows(&self, windows: Vec<NewWindow>) -> Result<u64> {
         if windows.is_empty() {
             return Ok(0);
         }
@@ -248,7 +231,7 @@ impl Store {
             .map_err(sql("begin storing windows"))?;
         let mut stored = 0;
         for w in windows {
-            stored += insert_query(w, " ON CONFLICT DO NOTHING")
+            stored += insert_query(w)
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("store a profile window"))?
@@ -258,8 +241,8 @@ impl Store {
         Ok(stored)
     }
 
-    /// How many windows `filter` covers and their inflated bytes, from the
-    /// index columns only.
+    /// How many windows `filter` covers and their stored (gzip'd) bytes,
+    /// from the index columns only.
     pub async fn window_totals(&self, filter: &WindowFilter<'_>) -> Result<(i64, i64)> {
         let (clause, strings) = filter.clause();
         let text = format!(
@@ -327,104 +310,6 @@ impl Store {
         rows.iter()
             .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a timeline row")))
             .collect()
-    }
-
-    /// Up to `limit` groups of level-`level` windows starting before
-    /// `cutoff_ms`, by block of `block_ms` per account, script, version,
-    /// kind and machine.
-    pub async fn compaction_groups(
-        &self,
-        level: i64,
-        block_ms: i64,
-        cutoff_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<CompactionGroup>> {
-        let text = format!(
-            "SELECT account_id, script, version_id, kind, machine_id,
-                    CAST(start_ms / {block_ms} AS BIGINT) AS bucket
-             FROM profile_windows WHERE level = $1 AND start_ms < $2
-             GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 6 LIMIT $3"
-        );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(text))
-            .bind(level)
-            .bind(cutoff_ms)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(sql("find windows to compact"))?;
-        rows.iter()
-            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a compaction group")))
-            .collect()
-    }
-
-    /// Replaces the level-`level` windows of `group` (and a level-`level +
-    /// 1` block already in the same bucket, from an earlier pass) with the
-    /// one block `merge` makes of them, in one transaction. `Ok(false)`
-    /// when there was nothing to do or another replica changed the group
-    /// meanwhile (its rows differ from those read, or its block already
-    /// exists): nothing is changed then.
-    pub async fn compact_group<E: std::fmt::Display>(
-        &self,
-        group: &CompactionGroup,
-        level: i64,
-        block_ms: i64,
-        merge: impl FnOnce(&[WindowBlob]) -> std::result::Result<NewWindow, E>,
-    ) -> Result<bool> {
-        let (b0, b1) = (group.bucket * block_ms, (group.bucket + 1) * block_ms);
-        let _w = self.write.lock().await;
-        let mut tx = self.pool.begin().await.map_err(sql("begin compaction"))?;
-        let where_ = "machine_id = $1 AND account_id = $2 AND script = $3 AND version_id = $4
-             AND kind = $5 AND level >= $6 AND level <= $7 AND start_ms >= $8 AND start_ms < $9";
-        let bind = |q: sqlx::query::Query<'static, sqlx::Any, sqlx::any::AnyArguments>| {
-            q.bind(group.machine_id.clone())
-                .bind(group.account_id.clone())
-                .bind(group.script.clone())
-                .bind(group.version_id.clone())
-                .bind(group.kind.clone())
-                .bind(level)
-                .bind(level + 1)
-                .bind(b0)
-                .bind(b1)
-        };
-        let rows = bind(sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {BLOB_COLUMNS} FROM profile_windows WHERE {where_} ORDER BY start_ms, level"
-        ))))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(sql("read windows to compact"))?;
-        let inputs: Vec<WindowBlob> = rows
-            .iter()
-            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a window to compact")))
-            .collect::<Result<_>>()?;
-        if !inputs.iter().any(|w| w.level == level) {
-            return Ok(false);
-        }
-        let block = merge(&inputs).map_err(|e| {
-            StoreError::Corrupt(format!(
-                "cannot compact windows of {}/{} version {} on {}: {e}",
-                group.account_id, group.script, group.version_id, group.machine_id
-            ))
-        })?;
-        let deleted = bind(sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DELETE FROM profile_windows WHERE {where_}"
-        ))))
-        .execute(&mut *tx)
-        .await
-        .map_err(sql("delete compacted windows"))?
-        .rows_affected();
-        if deleted != inputs.len() as u64 {
-            return Ok(false); // dropped: rolls back
-        }
-        let inserted = insert_query(&block, " ON CONFLICT DO NOTHING")
-            .execute(&mut *tx)
-            .await
-            .map_err(sql("store a compacted block"))?
-            .rows_affected();
-        if inserted != 1 {
-            return Ok(false);
-        }
-        tx.commit().await.map_err(sql("commit compaction"))?;
-        Ok(true)
     }
 
     /// Deletes up to `batch` windows that ended before `cutoff_ms`, oldest

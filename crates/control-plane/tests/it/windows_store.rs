@@ -28,9 +28,9 @@ fn window(machine: &str, start_ms: i64, value: i64) -> NewWindow {
 async fn check(db: &str) {
     let store = Store::open(db).await.unwrap();
     let ws = vec![window("m1", 1_000_000, 5), window("m2", 1_010_000, 7)];
-    assert_eq!(store.insert_windows(&ws).await.unwrap(), 2);
+    assert_eq!(store.insert_windows(ws.clone()).await.unwrap(), 2);
     assert_eq!(
-        store.insert_windows(&ws).await.unwrap(),
+        store.insert_windows(ws.clone()).await.unwrap(),
         0,
         "a retry is stored once"
     );

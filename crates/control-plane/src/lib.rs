@@ -310,6 +310,7 @@ impl ControlPlane {
             captures,
             metrics: metrics.clone(),
             max_wasm_bytes: config.max_wasm_bytes,
+            clock: config.clock.clone(),
         };
 
         let http = tokio::net::TcpListener::bind(config.http_listen)

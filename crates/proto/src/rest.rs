@@ -685,9 +685,8 @@ mod tests {
 
 // ---- continuous profiling history ----
 //
-// The contract of the history routes. The control plane stores windows but
-// does not serve these routes yet (issue 13); the types are here so the
-// routes, the CLI and their tests share them when they land.
+// The contract of the history routes (served by the control plane's
+// `api::history`, called by the CLI's `history` and `timeline`).
 
 /// Longest range one history query covers, in milliseconds (31 days).
 pub const MAX_HISTORY_RANGE_MS: i64 = 31 * 24 * 3_600_000;

@@ -8,6 +8,7 @@
 //! - [`captures`]: capture requests, synchronous and asynchronous.
 //! - [`sessions`]: capture sessions and their profiles; the account's
 //!   tokens.
+//! - [`history`]: continuous-profiling history, merged or as a timeline.
 //!
 //! Bodies: JSON routes accept at most [`JSON_BODY_LIMIT`] bytes, the wasm
 //! upload its own limit; a body must keep arriving (each chunk within
@@ -18,6 +19,7 @@
 pub mod captures;
 pub mod error;
 pub mod extract;
+pub mod history;
 pub mod scripts;
 pub mod sessions;
 
@@ -58,6 +60,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Largest accepted wasm upload.
     pub max_wasm_bytes: usize,
+    /// What `now` and relative times of history queries read.
+    pub clock: crate::clock::Clock,
 }
 
 const SCRIPTS: &str = "/v1/accounts/{account}/scripts";
@@ -72,6 +76,8 @@ const SESSION: &str = "/v1/accounts/{account}/profiles/{id}";
 const SESSION_PPROF: &str = "/v1/accounts/{account}/profiles/{id}/pprof";
 const TOKENS: &str = "/v1/accounts/{account}/tokens";
 const TOKEN: &str = "/v1/accounts/{account}/tokens/{id}";
+const HISTORY_PROFILE: &str = "/v1/accounts/{account}/scripts/{script}/history/profile";
+const HISTORY_TIMELINE: &str = "/v1/accounts/{account}/scripts/{script}/history/timeline";
 
 /// Every route of [`app`], as `(method, path)`: what `docs/api.md`
 /// documents, one `### METHOD path` heading each.
@@ -93,6 +99,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", SESSION_PPROF),
     ("GET", TOKENS),
     ("DELETE", TOKEN),
+    ("GET", HISTORY_PROFILE),
+    ("GET", HISTORY_TIMELINE),
 ];
 
 /// A stored count or size for the wire (never negative in the database).
@@ -131,6 +139,8 @@ pub fn app(state: AppState) -> Router {
         .route(SESSION_PPROF, get(sessions::get_session_pprof))
         .route(TOKENS, get(sessions::list_tokens))
         .route(TOKEN, axum::routing::delete(sessions::revoke_token))
+        .route(HISTORY_PROFILE, get(history::profile))
+        .route(HISTORY_TIMELINE, get(history::timeline))
         .fallback(
             |method: Method, uri: Uri| async move { error::no_route(method.as_str(), uri.path()) },
         )

@@ -169,6 +169,7 @@ async fn state() -> (tempfile::TempDir, AppState) {
         ),
         metrics,
         max_wasm_bytes: 1 << 20,
+        clock: Clock::system(),
     };
     (dir, state)
 }

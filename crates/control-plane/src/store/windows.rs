@@ -1,7 +1,7 @@
 //! Continuous-profiling windows: stored once per (machine, account, script,
 //! version, kind, level, start) — a retried batch is a no-op — read by
 //! range through the index columns (timelines, query bounds) or with their
-//! blobs (merged profiles), and deleted by age in batches. Compaction (the
+//! blobs (merged profiles, `crate::api::history`), and deleted by age in batches. Compaction (the
 //! `level` column) is not built yet.
 
 use futures_util::StreamExt;
@@ -261,13 +261,17 @@ impl Store {
     }
 
     /// Calls `each` with every window `filter` covers, blob included, one
-    /// at a time as the database sends them (oldest first); stops at the
-    /// first error `each` returns.
-    pub async fn for_each_window<E>(
+    /// at a time as the database sends them (oldest first), awaiting each
+    /// call before reading the next row (so a slow consumer holds at most
+    /// one blob here); stops at the first error `each` returns.
+    pub async fn for_each_window<E, F>(
         &self,
         filter: &WindowFilter<'_>,
-        mut each: impl FnMut(WindowBlob) -> std::result::Result<(), E>,
-    ) -> Result<std::result::Result<(), E>> {
+        mut each: impl FnMut(WindowBlob) -> F,
+    ) -> Result<std::result::Result<(), E>>
+    where
+        F: std::future::Future<Output = std::result::Result<(), E>>,
+    {
         let (clause, strings) = filter.clause();
         let text = format!(
             "SELECT {BLOB_COLUMNS} FROM profile_windows WHERE {clause}
@@ -279,7 +283,7 @@ impl Store {
             let row = row.map_err(sql("read profile windows"))?;
             let w: WindowBlob =
                 sqlx::FromRow::from_row(&row).map_err(sql("read a profile window"))?;
-            if let Err(e) = each(w) {
+            if let Err(e) = each(w).await {
                 return Ok(Err(e));
             }
         }
@@ -287,20 +291,23 @@ impl Store {
     }
 
     /// Values and requests of the windows `filter` covers, summed per
-    /// `step_ms` from its start and per `group`, from the index columns.
+    /// `step_ms` from its start and per `group`, from the index columns;
+    /// at most `limit` rows (ordered by key, then step).
     pub async fn window_timeline(
         &self,
         filter: &WindowFilter<'_>,
         group: TimelineColumn,
         step_ms: i64,
+        limit: usize,
     ) -> Result<Vec<TimelineRow>> {
         let (clause, strings) = filter.clause();
         let text = format!(
             "SELECT {key} AS key, CAST((start_ms - {from}) / {step_ms} AS BIGINT) AS step,
                     CAST(SUM(value) AS BIGINT) AS value, CAST(SUM(requests) AS BIGINT) AS requests
-             FROM profile_windows WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2",
+             FROM profile_windows WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2 LIMIT {limit}",
             key = group.sql(),
             from = filter.from_ms,
+            limit = i64::try_from(limit).unwrap_or(i64::MAX),
         );
         let q = bind_filter(sqlx::query(sqlx::AssertSqlSafe(text)), filter, strings);
         let rows = q

@@ -18,17 +18,7 @@ fn machine() -> v1::Machine {
 }
 
 fn window(version: &str, start: i64, pprof: Vec<u8>) -> v1::ProfileWindow {
-    v1::ProfileWindow {
-        account: "acme".into(),
-        script: "api".into(),
-        version_id: version.into(),
-        kind: v1::ProfileKind::Cpu as i32,
-        start_unix_ms: start,
-        end_unix_ms: start + 10_000,
-        pprof,
-        samples: 2,
-        requests: 5,
-    }
+    support::profile_window(version, start, pprof, 5)
 }
 
 #[tokio::test]
@@ -114,7 +104,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     store
         .for_each_window(&filter, |w| {
             seen.push((w.machine_id, w.data_center, w.requests, w.value));
-            Ok::<(), ()>(())
+            std::future::ready(Ok::<(), ()>(()))
         })
         .await
         .unwrap()
@@ -159,7 +149,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     store
         .for_each_window(&filter, |w| {
             starts.push(w.start_ms);
-            Ok::<(), ()>(())
+            std::future::ready(Ok::<(), ()>(()))
         })
         .await
         .unwrap()

@@ -7,6 +7,7 @@ mod api;
 mod architecture;
 mod capture;
 mod history_ingest;
+mod history_query;
 mod lifecycle;
 mod memory;
 mod placement;

@@ -536,3 +536,24 @@ pub fn sample_sources(pprof: &[u8]) -> Vec<(String, String, String, Option<Strin
     out.dedup();
     out
 }
+
+/// A 10 s CPU window of `acme/api` at `version` from `start`, as an agent
+/// pushes it.
+pub fn profile_window(
+    version: &str,
+    start: i64,
+    pprof: Vec<u8>,
+    requests: u64,
+) -> v1::ProfileWindow {
+    v1::ProfileWindow {
+        account: "acme".into(),
+        script: "api".into(),
+        version_id: version.into(),
+        kind: v1::ProfileKind::Cpu as i32,
+        start_unix_ms: start,
+        end_unix_ms: start + 10_000,
+        pprof,
+        samples: 2,
+        requests,
+    }
+}

@@ -46,7 +46,7 @@ async fn check(db: &str) {
     };
     assert_eq!(store.window_totals(&f).await.unwrap(), (2, 200));
     let rows = store
-        .window_timeline(&f, TimelineColumn::Machine, 60_000)
+        .window_timeline(&f, TimelineColumn::Machine, 60_000, 1_000)
         .await
         .unwrap();
     let got: Vec<_> = rows

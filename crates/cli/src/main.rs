@@ -10,6 +10,7 @@
 //! It never talks to a database or to agents directly, and defines no wire
 //! types of its own.
 
+mod history;
 mod offline;
 mod online;
 
@@ -43,6 +44,10 @@ enum Command {
     Rollout(online::RolloutArgs),
     /// Past and running capture sessions.
     Sessions(online::SessionsArgs),
+    /// Merge a script's continuous-profiling history over a range into one pprof.
+    History(history::HistoryArgs),
+    /// A script's CPU or heap over a range, per version, data center or machine.
+    Timeline(history::TimelineArgs),
     /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
     Top(offline::TopArgs),
     /// Interactive flamegraph and table of a profile, in the terminal.
@@ -85,6 +90,8 @@ fn main() -> ExitCode {
         Command::Versions(args) => online::versions(&cli.connection, &args, &mut out),
         Command::Rollout(args) => online::rollout(&cli.connection, &args, &mut out),
         Command::Sessions(args) => online::sessions(&cli.connection, &args, &mut out),
+        Command::History(args) => history::history(&cli.connection, &args, &mut out),
+        Command::Timeline(args) => history::timeline(&cli.connection, &args, &mut out),
         Command::Top(args) => offline::top(&args, &mut out),
         Command::View {
             file,

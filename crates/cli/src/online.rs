@@ -123,7 +123,8 @@ const MAX_RESPONSE_BYTES: u64 = 512 << 20;
 
 type Response = ureq::http::Response<ureq::Body>;
 
-struct Client {
+/// The REST client every online command uses (also `history`).
+pub(crate) struct Client {
     http: ureq::Agent,
     base: url::Url,
     token: String,
@@ -131,7 +132,7 @@ struct Client {
 }
 
 impl Client {
-    fn new(c: &Connection) -> Result<Self> {
+    pub(crate) fn new(c: &Connection) -> Result<Self> {
         let token = c
             .token
             .clone()
@@ -178,7 +179,7 @@ impl Client {
 
     /// `BASE/v1/accounts/ACCOUNT/SEGMENTS…?QUERY`, each segment
     /// percent-encoded and the query encoded from `query`'s fields.
-    fn url(&self, segments: &[&str], query: &impl Serialize) -> Result<String> {
+    pub(crate) fn url(&self, segments: &[&str], query: &impl Serialize) -> Result<String> {
         // `.` and `..` would be resolved away (`--session ..` would name
         // another resource), and an empty segment names none.
         let account = self.account.as_str();
@@ -200,7 +201,7 @@ impl Client {
     }
 
     /// A request to `segments` with `query` and the token.
-    fn request<B>(
+    pub(crate) fn request<B>(
         &self,
         method: fn(&ureq::Agent, String) -> ureq::RequestBuilder<B>,
         segments: &[&str],
@@ -212,7 +213,11 @@ impl Client {
 
     /// The response if it is a success; otherwise one line with the
     /// control plane's message, status and code.
-    fn check(&self, sent: Result<Response, ureq::Error>, what: &str) -> Result<Response> {
+    pub(crate) fn check(
+        &self,
+        sent: Result<Response, ureq::Error>,
+        what: &str,
+    ) -> Result<Response> {
         let mut resp = sent.map_err(|e| {
             // Names a certificate problem, a refused connection or a timeout.
             anyhow!(
@@ -261,7 +266,7 @@ impl Client {
     }
 
     /// GET `segments` with `query` encoded, read as `T`.
-    fn get<T: DeserializeOwned>(
+    pub(crate) fn get<T: DeserializeOwned>(
         &self,
         segments: &[&str],
         query: &impl Serialize,
@@ -279,7 +284,7 @@ impl Client {
 }
 
 /// A response body, bounded by [`MAX_RESPONSE_BYTES`].
-fn read_bytes(mut resp: Response, what: &str) -> Result<Vec<u8>> {
+pub(crate) fn read_bytes(mut resp: Response, what: &str) -> Result<Vec<u8>> {
     resp.body_mut()
         .with_config()
         .limit(MAX_RESPONSE_BYTES)

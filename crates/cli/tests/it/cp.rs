@@ -18,7 +18,7 @@ fn wasm() -> Vec<u8> {
     b"\0asm\x01\0\0\0".to_vec()
 }
 
-fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -156,6 +156,25 @@ impl Running {
                 .await
                 .expect("heartbeat accepted");
         });
+    }
+
+    /// One `Registry.PushWindows` of `machine` (continuous-profiling
+    /// windows, as an agent ships them), over gRPC; every window must be
+    /// accepted.
+    pub fn push_windows(&self, machine: &v1::Machine, windows: Vec<v1::ProfileWindow>) {
+        let resp = self.rt.block_on(async {
+            let mut client = registry(self.cp.grpc_addr).await;
+            client
+                .push_windows(v1::PushWindowsRequest {
+                    machine: Some(machine.clone()),
+                    windows,
+                    dropped_total: 0,
+                })
+                .await
+                .expect("push accepted")
+                .into_inner()
+        });
+        assert!(resp.rejected.is_empty(), "windows refused: {resp:?}");
     }
 
     /// Starts an agent for machine `id` in `lhr` whose isolates run

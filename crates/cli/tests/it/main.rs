@@ -3,6 +3,7 @@
 
 mod cp;
 mod errors;
+mod history;
 mod interop;
 mod output;
 mod sessions;

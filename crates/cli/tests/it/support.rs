@@ -24,6 +24,14 @@ pub fn edgeprof(args: &[&str]) -> Run {
     }
 }
 
+/// Runs `edgeprof ARGS` keeping stdout as bytes (a profile written to `-o -`).
+pub fn edgeprof_raw(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_edgeprof"))
+        .args(args)
+        .output()
+        .expect("cannot start edgeprof")
+}
+
 /// `edgeprof ARGS` that must succeed; returns stdout.
 pub fn edgeprof_ok(args: &[&str]) -> String {
     let run = edgeprof(args);

@@ -223,9 +223,22 @@ fn leftover_instrumentation_exceeds_memory_and_its_heap_profile_says_why() {
         top.total,
         profile.sample.len()
     );
+    // Per request the instrumentation allocates 192 KiB (64 KiB of trace,
+    // ~64 KiB of `format!` strings, 64 KiB of scratch) against 64 KiB for
+    // `render` and 64 KiB for the SDK's response encoding: 60 % of the
+    // bytes. The profile is sampled (512 KiB mean, ~650 samples here), so
+    // its share varies by about ±2 points around that; the user-visible
+    // claim is that the instrumentation holds most of the bytes and far more
+    // than the real work.
+    let render = top
+        .rows
+        .iter()
+        .find(|r| r.function.ends_with("::render"))
+        .map_or(0, |r| r.cum);
     assert!(
-        share >= 0.6,
-        "record_instrumentation and its callees hold ≥ 60 % of alloc_space (got {:.1} % of {} bytes)",
+        share >= 0.5 && instrumentation.cum > render,
+        "record_instrumentation and its callees hold most of alloc_space and more than render \
+         (got {:.1} % of {} bytes; render {render})",
         share * 100.0,
         top.total
     );

@@ -191,8 +191,10 @@ fn heap_capture_measures_alloc_space_and_blames_the_instrumentation() {
         .find(|r| r.0 == "leftover_instrumentation::record_instrumentation")
         .map(|r| r.2)
         .unwrap_or(0);
+    // Its true share is about 60 % (see the worker); sampled, it varies by
+    // a few points, so the bar is "most of the bytes".
     assert!(
-        instr as f64 >= 0.6 * total as f64,
+        instr as f64 >= 0.5 * total as f64,
         "instrumentation cum {instr} of {total}: {rows:?}"
     );
     // Stacks start at the code that asked for memory, not in the SDK's

@@ -1,5 +1,5 @@
 //! A worker with leftover debug instrumentation: for every request it
-//! formats a verbose trace of the request (about two thirds of all bytes the
+//! formats a verbose trace of the request (about 60 % of all bytes the
 //! worker allocates) and keeps a slice of it in a global that is never
 //! drained, so under load memory grows past 128 MiB. With
 //! `--features fixed` the instrumentation is gone.

@@ -4,7 +4,8 @@
 //! timeline of a range are the same before and after 10 s → 1 min and
 //! 1 min → 10 min compaction while the stored windows drop; two passes
 //! racing count nothing twice; a late window for a compacted minute is
-//! refused with its reason; retention deletes compacted blocks by age.
+//! refused with its reason; retention deletes compacted blocks by age; a
+//! blob that no longer decodes is left out of its block and left stored.
 //! Time moves only by the test clock.
 
 use std::collections::BTreeMap;
@@ -215,6 +216,75 @@ async fn check_race(db: &str) {
     assert_eq!(seen(&cp, from, to).await, before);
 }
 
+/// Merged totals and skipped windows of a range, as the profile route
+/// says them.
+async fn merged(cp: &support::Cp, from: i64, to: i64) -> (Vec<(String, i64)>, String) {
+    let resp = cp
+        .http
+        .get(cp.url(&format!(
+            "/v1/accounts/acme/scripts/api/history/profile?from={from}&to={to}"
+        )))
+        .bearer_auth(&cp.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let skipped = resp.headers()["x-edgeprof-skipped-windows"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let p = edgeprof_pprof::decode(&resp.bytes().await.unwrap()).unwrap();
+    (edgeprof_pprof::collapse(&p, None).unwrap(), skipped)
+}
+
+/// A stored window whose blob no longer decodes is left out of its block,
+/// logged, and left where it is: queries still skip and count it.
+async fn check_unreadable(db: &str) {
+    let cp = support::Cp::start(support::config(db)).await;
+    let version = cp.deploy("api", None).await;
+    let now = cp.cp.clock.now_ms();
+    let t0 = (now / 60_000 + 1) * 60_000;
+    cp.advance(Duration::from_millis((t0 + 60_000 - now) as u64));
+    let mut r = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
+    let windows = (0..6)
+        .map(|k| support::labeled_window(&version, "i1", t0 + k * 10_000, 1))
+        .collect();
+    assert_eq!(push(&mut r, "m1", "lhr", windows).await.accepted, 6);
+    cp.cp
+        .store
+        .insert_windows(vec![edgeprof_control_plane::store::NewWindow {
+            account: "acme".into(),
+            script: "api".into(),
+            version_id: version.clone(),
+            data_center: "lhr".into(),
+            machine_id: "m1".into(),
+            kind: edgeprof_proto::rest::ProfileKind::Cpu,
+            level: 0,
+            start_ms: t0 + 5_000,
+            end_ms: t0 + 15_000,
+            samples: 1,
+            requests: 1,
+            value: 1,
+            bytes: 9,
+            pprof: b"not gzip!".to_vec(),
+        }])
+        .await
+        .unwrap();
+    let (from, to) = (t0, t0 + 60_000);
+    let (stacks, skipped) = merged(&cp, from, to).await;
+    assert_eq!(skipped, "1");
+    cp.advance(Duration::from_secs(2 * 3600));
+    let done = cp.cp.compact_history().await.unwrap();
+    assert_eq!((done.blocks, done.sources, done.unreadable), (1, 6, 1));
+    assert_eq!(
+        levels(cp.cp.store.windows_per_level().await.unwrap()),
+        BTreeMap::from([(0, 1), (1, 1)])
+    );
+    assert_eq!(merged(&cp, from, to).await, (stacks, skipped));
+    // The block is made: the unreadable window is not read again.
+    assert_eq!(cp.cp.compact_history().await.unwrap(), Default::default());
+}
+
 #[tokio::test]
 async fn compaction_keeps_a_range_on_sqlite() {
     let (_dir, db) = support::sqlite();
@@ -242,5 +312,20 @@ async fn racing_compactions_count_once_on_postgres() {
         return;
     };
     check_race(&url).await;
+    support::drop_postgres_schema(&url).await;
+}
+
+#[tokio::test]
+async fn unreadable_windows_stay_out_of_blocks_on_sqlite() {
+    let (_dir, db) = support::sqlite();
+    check_unreadable(&db).await;
+}
+
+#[tokio::test]
+async fn unreadable_windows_stay_out_of_blocks_on_postgres() {
+    let Some(url) = support::postgres().await else {
+        return;
+    };
+    check_unreadable(&url).await;
     support::drop_postgres_schema(&url).await;
 }

@@ -186,9 +186,9 @@ async fn check(db: &str) {
     );
 }
 
-/// Two passes at once over the same store read the same sources; the one
-/// that stores a block first wins, the other rolls back, and the range
-/// reads as before.
+/// Two replicas' passes at once over the same database read the same
+/// sources; the one that stores a block first wins, the other rolls back,
+/// and the range reads as before.
 async fn check_race(db: &str) {
     let cp = support::Cp::start(support::config(db)).await;
     let version = cp.deploy("api", None).await;
@@ -196,7 +196,14 @@ async fn check_race(db: &str) {
     let (from, to) = (t0, t0 + CHUNKS * TEN_MIN);
     let before = seen(&cp, from, to).await;
     cp.advance(Duration::from_secs(25 * 3600));
-    let (a, b) = tokio::join!(cp.cp.compact_history(), cp.cp.compact_history());
+    // A second replica: its own pool and write lock on the same database.
+    let replica = edgeprof_control_plane::store::Store::open(db)
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(
+        cp.cp.compact_history(),
+        edgeprof_control_plane::compact_history(&replica, cp.cp.clock.now_ms())
+    );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert!(
         a.raced + b.raced > 0,

@@ -359,6 +359,9 @@ impl ControlPlane {
                     if let Err(e) = sweep_history(&store, history, clock.now_ms()).await {
                         tracing::error!("history retention: {e:#}");
                     }
+                    if let Err(e) = compact_history(&store, clock.now_ms()).await {
+                        tracing::error!("history compaction: {e:#}");
+                    }
                     tokio::time::sleep(RETENTION_INTERVAL).await;
                 }
             })
@@ -400,6 +403,12 @@ impl ControlPlane {
     /// (as the background task does every [`RETENTION_INTERVAL`]); how many.
     pub async fn sweep_history(&self) -> Result<u64> {
         sweep_history(&self.store, self.history_retention, self.clock.now_ms()).await
+    }
+
+    /// Runs one compaction pass now (as the background task does after
+    /// retention every [`RETENTION_INTERVAL`]); what it did.
+    pub async fn compact_history(&self) -> Result<history::compact::Compacted> {
+        compact_history(&self.store, self.clock.now_ms()).await
     }
 
     /// Waits until a server stops (which only happens on an error).
@@ -497,6 +506,25 @@ pub async fn sweep_history(store: &store::Store, retention: Duration, now_ms: i6
         );
     }
     Ok(total)
+}
+
+/// One compaction pass of the continuous-profiling history at `now_ms`
+/// ([`history::compact`]); safe beside other replicas.
+pub async fn compact_history(
+    store: &store::Store,
+    now_ms: i64,
+) -> Result<history::compact::Compacted> {
+    let done = history::compact::compact(store, now_ms).await?;
+    if done.blocks > 0 || done.raced > 0 || done.unreadable > 0 {
+        tracing::info!(
+            blocks = done.blocks,
+            sources = done.sources,
+            raced = done.raced,
+            unreadable = done.unreadable,
+            "history compaction"
+        );
+    }
+    Ok(done)
 }
 
 /// Runs `delete` (one bounded statement deleting at most `batch` rows)

@@ -18,7 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{Authorized, Path, Query};
 use super::scripts::{require_script, resolve_version};
 use super::{AppState, unsigned};
-use crate::history::ingest::MAX_WINDOW_INFLATED_BYTES;
+use crate::history::{decode_window, set_requests_comment};
 use crate::store::{TimelineColumn, WindowBlob, WindowFilter};
 use crate::text::echo;
 
@@ -230,7 +230,7 @@ fn merge_windows(
     let mut skipped = Vec::new();
     while let Some(w) = rx.blocking_recv() {
         let at = format!("window of {} at {} ms", w.machine_id, w.start_ms);
-        let profile = match edgeprof_pprof::decode_with_limit(&w.pprof, MAX_WINDOW_INFLATED_BYTES) {
+        let profile = match decode_window(&w.pprof) {
             Ok(p) => p,
             // Checked at ingest; a blob that no longer decodes is skipped
             // and named, not fatal.
@@ -256,13 +256,8 @@ fn merge_windows(
     }
     let mut merged = merger.finish().map_err(|e| e.to_string())?;
     // Each window says its own `requests: N`; the merge says the sum.
-    let comments = std::mem::take(&mut merged.comment);
-    merged.comment = comments
-        .into_iter()
-        .filter(|&c| !edgeprof_pprof::string(&merged, c).starts_with("requests: "))
-        .collect();
     edgeprof_pprof::add_comment(&mut merged, header);
-    edgeprof_pprof::add_comment(&mut merged, &format!("requests: {requests}"));
+    set_requests_comment(&mut merged, requests);
     if !skipped.is_empty() {
         edgeprof_pprof::add_comment(
             &mut merged,

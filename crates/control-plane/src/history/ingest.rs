@@ -1,12 +1,15 @@
 //! `Registry.PushWindows`: every window of a batch is checked on its own
 //! (a refused one is named with its reason, the others stored), then the
-//! accepted ones are stored in one transaction, idempotently.
+//! accepted ones are stored in one transaction, idempotently. A window
+//! that starts more than [`LEVEL0_AGE_MS`] before now is refused: its
+//! minute may be compacted (`super::compact`).
 
 use std::collections::HashMap;
 
 use edgeprof_proto::rest::ProfileKind;
 use edgeprof_proto::v1;
 
+use super::compact::LEVEL0_AGE_MS;
 use crate::fleet::Machine;
 use crate::store::{NewWindow, Store, StoreError};
 use crate::text::truncate;
@@ -110,6 +113,15 @@ async fn check(
             "end_unix_ms {end}: more than {MAX_CLOCK_SKEW_MS} ms after the control plane's clock ({now_ms})"
         )));
     }
+    // Compaction makes a minute's block only after every window of it is
+    // refused here, so a late window is never merged twice nor lost.
+    if start < now_ms - LEVEL0_AGE_MS {
+        return Ok(Err(format!(
+            "start_unix_ms {start}: more than {} min before the control plane's clock ({now_ms}); \
+             its minute may be compacted already, so windows older than that are refused",
+            LEVEL0_AGE_MS / 60_000
+        )));
+    }
     if w.pprof.len() > MAX_WINDOW_PPROF_BYTES {
         return Ok(Err(format!(
             "pprof: {} bytes, at most {MAX_WINDOW_PPROF_BYTES} gzip'd",
@@ -165,8 +177,7 @@ async fn check(
 /// The sum of the kind's value type over the profile's samples, after a
 /// bounded decode and validation.
 fn summed_value(pprof: &[u8], kind: ProfileKind) -> Result<i64, String> {
-    let p = edgeprof_pprof::decode_with_limit(pprof, MAX_WINDOW_INFLATED_BYTES)
-        .map_err(|e| format!("pprof: {e}"))?;
+    let p = super::decode_window(pprof).map_err(|e| format!("pprof: {e}"))?;
     edgeprof_pprof::validate(&p).map_err(|e| format!("pprof: {e}"))?;
     let name = value_type(kind);
     let index = p

@@ -27,7 +27,10 @@ pub use accounts::{TOKEN_ID_LEN, token_id};
 pub use rows::*;
 pub use scripts::VersionDeletion;
 pub use sessions::RETENTION_BATCH;
-pub use windows::{NewWindow, TimelineColumn, TimelineRow, WindowBlob, WindowFilter};
+pub use windows::{
+    BlockKey, NewWindow, Replaced, SourceWindow, TimelineColumn, TimelineRow, WindowBlob,
+    WindowFilter,
+};
 
 use schema::MIGRATIONS;
 

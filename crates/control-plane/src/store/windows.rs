@@ -1,8 +1,14 @@
 //! Continuous-profiling windows: stored once per (machine, account, script,
 //! version, kind, level, start) — a retried batch is a no-op — read by
 //! range through the index columns (timelines, query bounds) or with their
-//! blobs (merged profiles, `crate::api::history`), and deleted by age in batches. Compaction (the
-//! `level` column) is not built yet.
+//! blobs (merged profiles, `crate::api::history`), and deleted by age in
+//! batches. Compaction (`crate::history::compact`) lists the blocks to
+//! make from the index columns, reads one block's sources, and replaces
+//! them with the block in one transaction that stores the block only if
+//! none has its key and deletes exactly the sources it read, or changes
+//! nothing — so replicas compacting at once never lose or double-count a
+//! window, on SQLite and PostgreSQL alike. `level` is 0 for a window as an
+//! agent sent it, 1 and 2 for 1 min and 10 min blocks.
 
 use futures_util::StreamExt;
 use sqlx::Row;
@@ -336,5 +342,210 @@ impl Store {
         .map_err(sql("delete expired profile windows"))?
         .rows_affected();
         Ok(n)
+    }
+}
+
+/// A block compaction may make: the windows of one series (account,
+/// script, version, data center, machine, kind) at `level` whose start is
+/// in `[start_ms, start_ms + size_ms)`, merged into one at `level + 1`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct BlockKey {
+    /// Account.
+    pub account_id: String,
+    /// Script.
+    pub script: String,
+    /// Version id.
+    pub version_id: String,
+    /// Data center.
+    pub data_center: String,
+    /// Machine.
+    pub machine_id: String,
+    /// `cpu` or `heap`, as stored.
+    pub kind: String,
+    /// Level of the sources.
+    pub level: i64,
+    /// The block's start: a multiple of `size_ms`.
+    pub start_ms: i64,
+    /// The block's length.
+    pub size_ms: i64,
+}
+
+/// A source of a block as compaction reads it: its key's start and its
+/// counts and blob.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SourceWindow {
+    /// Unix ms (with the block's series and level, the window's key).
+    pub start_ms: i64,
+    /// Samples.
+    pub samples: i64,
+    /// Requests.
+    pub requests: i64,
+    /// Primary value.
+    pub value: i64,
+    /// The gzip'd pprof.
+    pub pprof: Vec<u8>,
+}
+
+/// What [`Store::replace_with_block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaced {
+    /// The block is stored and its sources deleted.
+    Done,
+    /// Nothing changed: another compaction made this block first, or a
+    /// source was deleted meanwhile (by another compaction or retention).
+    Raced,
+}
+
+impl Store {
+    /// Up to `limit` blocks of `size_ms` whose level-`level` windows all
+    /// started before `before_ms` (a multiple of `size_ms` is not needed:
+    /// only blocks ending by it are listed) and that are not made yet,
+    /// oldest first, from the index columns.
+    pub async fn compaction_candidates(
+        &self,
+        level: i64,
+        size_ms: i64,
+        before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<BlockKey>> {
+        // A block is listed once its end is at or before `before_ms`; one
+        // already made (a source left behind, e.g. unreadable) is not, nor
+        // one with windows of a lower level left in its range (being
+        // compacted now, or unreadable): it would miss them.
+        let last_start = before_ms.div_euclid(size_ms) * size_ms;
+        let text = format!(
+            "SELECT w.account_id, w.script, w.version_id, w.data_center, w.machine_id, w.kind,
+                    w.level, (w.start_ms / {size_ms}) * {size_ms} AS start_ms,
+                    CAST({size_ms} AS BIGINT) AS size_ms
+             FROM profile_windows w
+             WHERE w.level = $1 AND w.start_ms < $2
+               AND NOT EXISTS (SELECT 1 FROM profile_windows b
+                   WHERE b.machine_id = w.machine_id AND b.account_id = w.account_id
+                     AND b.script = w.script AND b.version_id = w.version_id
+                     AND b.kind = w.kind AND b.level = $1 + 1
+                     AND b.start_ms = (w.start_ms / {size_ms}) * {size_ms})
+               AND NOT EXISTS (SELECT 1 FROM profile_windows s
+                   WHERE s.machine_id = w.machine_id AND s.account_id = w.account_id
+                     AND s.script = w.script AND s.version_id = w.version_id
+                     AND s.kind = w.kind AND s.level < $1
+                     AND s.start_ms >= (w.start_ms / {size_ms}) * {size_ms}
+                     AND s.start_ms < (w.start_ms / {size_ms}) * {size_ms} + {size_ms})
+             GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+             ORDER BY 8, 5, 1, 2, 3, 6
+             LIMIT {limit}",
+            limit = i64::try_from(limit).unwrap_or(i64::MAX),
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(text))
+            .bind(level)
+            .bind(last_start)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql("list blocks to compact"))?;
+        rows.iter()
+            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a block to compact")))
+            .collect()
+    }
+
+    /// The sources of `block`, oldest first, at most `limit` (read one
+    /// more to know whether there are more).
+    pub async fn block_sources(&self, block: &BlockKey, limit: usize) -> Result<Vec<SourceWindow>> {
+        let rows = sqlx::query(
+            "SELECT start_ms, samples, requests, value, pprof FROM profile_windows
+             WHERE machine_id = $1 AND account_id = $2 AND script = $3 AND version_id = $4
+               AND kind = $5 AND level = $6 AND data_center = $7
+               AND start_ms >= $8 AND start_ms < $9
+             ORDER BY start_ms LIMIT $10",
+        )
+        .bind(block.machine_id.as_str())
+        .bind(block.account_id.as_str())
+        .bind(block.script.as_str())
+        .bind(block.version_id.as_str())
+        .bind(block.kind.as_str())
+        .bind(block.level)
+        .bind(block.data_center.as_str())
+        .bind(block.start_ms)
+        .bind(block.start_ms + block.size_ms)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("read the windows of a block"))?;
+        rows.iter()
+            .map(|r| sqlx::FromRow::from_row(r).map_err(sql("read a window of a block")))
+            .collect()
+    }
+
+    /// In one transaction: stores `block` (unless one with its key is
+    /// stored) and deletes the sources of `key` starting at `sources`, all
+    /// or nothing. If the block was stored already, or a source is gone,
+    /// it rolls back: then another compaction made this block from the
+    /// same sources, or retention took one, and nothing is counted twice.
+    pub async fn replace_with_block(
+        &self,
+        key: &BlockKey,
+        block: NewWindow,
+        sources: &[i64],
+    ) -> Result<Replaced> {
+        let _w = self.write.lock().await;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(sql("begin storing a compacted block"))?;
+        let made = insert_query(block)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("store a compacted block"))?
+            .rows_affected();
+        if made == 0 {
+            tx.rollback()
+                .await
+                .map_err(sql("roll back a compacted block"))?;
+            return Ok(Replaced::Raced);
+        }
+        for &start in sources {
+            let n = sqlx::query(
+                "DELETE FROM profile_windows
+                 WHERE machine_id = $1 AND account_id = $2 AND script = $3 AND version_id = $4
+                   AND kind = $5 AND level = $6 AND start_ms = $7",
+            )
+            .bind(key.machine_id.as_str())
+            .bind(key.account_id.as_str())
+            .bind(key.script.as_str())
+            .bind(key.version_id.as_str())
+            .bind(key.kind.as_str())
+            .bind(key.level)
+            .bind(start)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql("delete a compacted window"))?
+            .rows_affected();
+            if n != 1 {
+                tx.rollback()
+                    .await
+                    .map_err(sql("roll back a compacted block"))?;
+                return Ok(Replaced::Raced);
+            }
+        }
+        tx.commit().await.map_err(sql("commit a compacted block"))?;
+        Ok(Replaced::Done)
+    }
+
+    /// How many windows are stored at each level (level, count), for
+    /// tests and metrics.
+    pub async fn windows_per_level(&self) -> Result<Vec<(i64, i64)>> {
+        let rows = sqlx::query(
+            "SELECT level, CAST(COUNT(*) AS BIGINT) FROM profile_windows GROUP BY level ORDER BY level",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("count windows per level"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(sql("count windows per level"))?,
+                    r.try_get(1).map_err(sql("count windows per level"))?,
+                ))
+            })
+            .collect()
     }
 }

@@ -4,32 +4,12 @@
 //! timeline grouped by version and data center with aligned steps; every
 //! bad query a 400 naming its field; other accounts refused.
 
-use edgeprof_pprof::{Merger, Profile};
+use edgeprof_pprof::Profile;
 use edgeprof_proto::v1;
 
 use crate::support;
 
 const STEP: i64 = 60_000;
-
-fn machine(id: &str, dc: &str) -> v1::Machine {
-    v1::Machine {
-        id: id.into(),
-        data_center: dc.into(),
-        grpc_address: "127.0.0.1:1".into(),
-        http_address: String::new(),
-    }
-}
-
-/// A window as an agent ships it: the isolate's samples labelled with it,
-/// and its own `requests: N`.
-fn window(version: &str, isolate: &str, start: i64, requests: u64) -> v1::ProfileWindow {
-    let p = edgeprof_pprof::decode(&support::isolate_profile(isolate)).unwrap();
-    let mut m = Merger::new();
-    m.add_labeled(&p, &[("isolate", isolate)]).unwrap();
-    let mut p = m.finish().unwrap();
-    edgeprof_pprof::add_comment(&mut p, &format!("requests: {requests}"));
-    support::profile_window(version, start, edgeprof_pprof::encode(&p), requests)
-}
 
 fn cpu(p: &Profile) -> i64 {
     p.sample.iter().map(|s| s.value[1]).sum()
@@ -65,16 +45,20 @@ async fn check(db: &str) {
             "m1",
             "lhr",
             vec![
-                window(&v1_id, "i1", t0, 10),
-                window(&v1_id, "i1", t0 + 10_000, 20),
-                window(&v2_id, "i2", t0 + STEP, 30),
+                support::labeled_window(&v1_id, "i1", t0, 10),
+                support::labeled_window(&v1_id, "i1", t0 + 10_000, 20),
+                support::labeled_window(&v2_id, "i2", t0 + STEP, 30),
             ],
         ),
-        ("m2", "fra", vec![window(&v2_id, "i3", t0 + STEP, 40)]),
+        (
+            "m2",
+            "fra",
+            vec![support::labeled_window(&v2_id, "i3", t0 + STEP, 40)],
+        ),
     ] {
         let resp = r
             .push_windows(v1::PushWindowsRequest {
-                machine: Some(machine(m, dc)),
+                machine: Some(support::machine(m, dc)),
                 windows,
                 dropped_total: 0,
             })

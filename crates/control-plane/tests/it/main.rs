@@ -6,6 +6,7 @@ mod admission;
 mod api;
 mod architecture;
 mod capture;
+mod history_compact;
 mod history_ingest;
 mod history_query;
 mod lifecycle;

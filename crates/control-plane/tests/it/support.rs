@@ -557,3 +557,29 @@ pub fn profile_window(
         requests,
     }
 }
+
+/// A window as an agent ships it: `isolate`'s samples labelled with it,
+/// and its own `requests: N`.
+pub fn labeled_window(
+    version: &str,
+    isolate: &str,
+    start: i64,
+    requests: u64,
+) -> v1::ProfileWindow {
+    let p = edgeprof_pprof::decode(&isolate_profile(isolate)).unwrap();
+    let mut m = edgeprof_pprof::Merger::new();
+    m.add_labeled(&p, &[("isolate", isolate)]).unwrap();
+    let mut p = m.finish().unwrap();
+    edgeprof_pprof::add_comment(&mut p, &format!("requests: {requests}"));
+    profile_window(version, start, edgeprof_pprof::encode(&p), requests)
+}
+
+/// A machine as an agent names itself in a push.
+pub fn machine(id: &str, dc: &str) -> v1::Machine {
+    v1::Machine {
+        id: id.into(),
+        data_center: dc.into(),
+        grpc_address: "127.0.0.1:1".into(),
+        http_address: String::new(),
+    }
+}

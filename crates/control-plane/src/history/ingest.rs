@@ -1,12 +1,14 @@
 //! `Registry.PushWindows`: every window of a batch is checked on its own
 //! (a refused one is named with its reason, the others stored), then the
-//! accepted ones are stored in one transaction, idempotently.
+//! accepted ones are stored in one transaction, idempotently, then handed to
+//! the Pyroscope forwarder if there is one.
 
 use std::collections::HashMap;
 
 use edgeprof_proto::rest::ProfileKind;
 use edgeprof_proto::v1;
 
+use super::pyroscope::Forwarder;
 use crate::fleet::Machine;
 use crate::store::{NewWindow, Store, StoreError};
 use crate::text::truncate;
@@ -44,11 +46,13 @@ pub fn value_type(kind: ProfileKind) -> &'static str {
 }
 
 /// Checks and stores `windows` from `machine`; `now_ms` bounds their ends.
+/// The stored ones are handed to `forward` (which never waits).
 pub async fn push(
     store: &Store,
     machine: &Machine,
     windows: Vec<v1::ProfileWindow>,
     now_ms: i64,
+    forward: Option<&Forwarder>,
 ) -> Result<Pushed, StoreError> {
     let mut out = Pushed::default();
     let mut checked = Vec::new();
@@ -70,7 +74,12 @@ pub async fn push(
         }
     }
     out.accepted = checked.len() as u32;
+    // Copied before the store takes the blobs, handed off once stored.
+    let forwarded = forward.map(|f| (f, checked.clone()));
     store.insert_windows(checked).await?;
+    if let Some((f, windows)) = forwarded {
+        f.hand_off(windows);
+    }
     Ok(out)
 }
 

@@ -1,7 +1,7 @@
 //! `Registry.PushWindows`: every window of a batch is checked on its own
 //! (a refused one is named with its reason, the others stored), then the
 //! accepted ones are stored in one transaction, idempotently, then handed to
-//! the Pyroscope forwarder if there is one.
+//! the Pyroscope forwarder if there is one (those new to the store only).
 
 use std::collections::HashMap;
 
@@ -74,11 +74,18 @@ pub async fn push(
         }
     }
     out.accepted = checked.len() as u32;
-    // Copied before the store takes the blobs, handed off once stored.
+    // Copied before the store takes the blobs; only those new to the store
+    // are handed off, so a push retried by an agent is not forwarded twice.
     let forwarded = forward.map(|f| (f, checked.clone()));
-    store.insert_windows(checked).await?;
+    let new = store.insert_windows_marked(checked).await?;
     if let Some((f, windows)) = forwarded {
-        f.hand_off(windows);
+        f.hand_off(
+            windows
+                .into_iter()
+                .zip(new)
+                .filter_map(|(w, new)| new.then_some(w))
+                .collect(),
+        );
     }
     Ok(out)
 }

@@ -127,19 +127,26 @@ async fn push(cp: &support::Cp, n: usize) -> (Vec<v1::ProfileWindow>, Duration) 
             support::profile_window(&version, start + i as i64 * 10_000, pprof, 1)
         })
         .collect();
+    let took = push_again(cp, &windows).await;
+    (windows, took)
+}
+
+/// Pushes `windows` (again, as an agent does when a reply was lost); how
+/// long PushWindows took.
+async fn push_again(cp: &support::Cp, windows: &[v1::ProfileWindow]) -> Duration {
     let mut r = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
     let began = Instant::now();
     let resp = r
         .push_windows(v1::PushWindowsRequest {
             machine: Some(support::window_machine()),
-            windows: windows.clone(),
+            windows: windows.to_vec(),
             dropped_total: 0,
         })
         .await
         .expect("PushWindows")
         .into_inner();
-    assert_eq!(resp.accepted, n as u32, "{:?}", resp.rejected);
-    (windows, began.elapsed())
+    assert_eq!(resp.accepted, windows.len() as u32, "{:?}", resp.rejected);
+    began.elapsed()
 }
 
 async fn outcome(cp: &support::Cp, outcome: &str) -> u64 {
@@ -214,9 +221,14 @@ async fn pyroscope_503_then_200_gets_every_window_exactly_once() {
     let (windows, _) = push(&cp, 3).await;
     rx.wait_until("three windows after retries", |r| samples(r) == 3)
         .await;
-    // A later push is forwarded too, and nothing twice.
+    // A later push is forwarded too, and nothing twice: not even a push an
+    // agent retries (stored before, so not new).
     let (more, _) = push(&cp, 2).await;
-    rx.wait_until("five windows", |r| samples(r) == 5).await;
+    push_again(&cp, &more).await;
+    // The queue is sent in order: once the last push's window is in, a
+    // duplicate of the retried push would be too.
+    let (last, _) = push(&cp, 1).await;
+    rx.wait_until("six windows", |r| samples(r) >= 6).await;
     {
         let r = rx.received.lock().unwrap();
         let mut got: Vec<_> =
@@ -228,14 +240,16 @@ async fn pyroscope_503_then_200_gets_every_window_exactly_once() {
         let mut want: Vec<_> = windows
             .iter()
             .chain(&more)
+            .chain(&last)
             .map(|w| w.pprof.clone())
             .collect();
+        assert_eq!(got.len(), want.len(), "windows received");
         got.sort();
         want.sort();
         assert_eq!(got, want);
-        assert!(r.posts.len() >= 5, "three refusals, then two pushes");
+        assert!(r.posts.len() >= 6, "three refusals, then three pushes");
     }
-    assert_eq!(outcome(&cp, "sent").await, 5);
+    assert_eq!(outcome(&cp, "sent").await, 6);
     assert_eq!(outcome(&cp, "refused").await, 0);
 }
 

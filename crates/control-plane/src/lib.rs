@@ -96,6 +96,8 @@ pub struct Config {
     /// Continuous-profiling windows that ended longer ago than this are
     /// deleted in the background.
     pub history_retention: Duration,
+    /// Forward every stored window to Grafana Pyroscope; `None`: off.
+    pub pyroscope: Option<history::pyroscope::PyroscopeConfig>,
     /// The clock (manual in tests).
     pub clock: clock::Clock,
 }
@@ -137,6 +139,7 @@ impl Config {
             capture_limits: capture::Limits::default(),
             retention: Some(DEFAULT_RETENTION),
             history_retention: DEFAULT_HISTORY_RETENTION,
+            pyroscope: None,
             clock: clock::Clock::system(),
         }
     }
@@ -252,6 +255,7 @@ pub struct ControlPlane {
     http_task: tokio::task::JoinHandle<()>,
     grpc_task: tokio::task::JoinHandle<()>,
     housekeeping_task: tokio::task::JoinHandle<()>,
+    pyroscope_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ControlPlane {
@@ -325,9 +329,22 @@ impl ControlPlane {
         let router = api::app(state).merge(dashboard::routes(config.dashboard_dir.clone()));
         let serving_tls = tls.is_some();
         let http_task = tokio::spawn(server::serve(http, router, config.http, tls));
+        let (pyroscope, pyroscope_task) = match &config.pyroscope {
+            Some(c) => {
+                let (f, task) = history::pyroscope::Forwarder::start(
+                    c.clone(),
+                    metrics.clone(),
+                    config.clock.clone(),
+                )
+                .map_err(anyhow::Error::msg)?;
+                (Some(f), Some(task))
+            }
+            None => (None, None),
+        };
         let registry = tonic::service::interceptor::InterceptedService::new(
             edgeprof_proto::v1::registry_server::RegistryServer::new(
-                registry::RegistryService::new(store.clone(), fleet.clone(), metrics),
+                registry::RegistryService::new(store.clone(), fleet.clone(), metrics)
+                    .with_pyroscope(pyroscope),
             )
             .max_decoding_message_size(16 << 20),
             registry::AgentAuth::new(&config.agent_secret),
@@ -381,6 +398,7 @@ impl ControlPlane {
             http_task,
             grpc_task,
             housekeeping_task,
+            pyroscope_task,
         })
     }
 
@@ -425,6 +443,9 @@ impl ControlPlane {
         self.http_task.abort();
         self.grpc_task.abort();
         self.housekeeping_task.abort();
+        if let Some(t) = &self.pyroscope_task {
+            t.abort();
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use edgeprof_control_plane::history::pyroscope::PyroscopeConfig;
 use edgeprof_control_plane::names::AccountId;
 use edgeprof_control_plane::server::TlsFiles;
 use edgeprof_control_plane::{Config, ControlPlane, DevAccount, store::Store};
@@ -111,6 +112,14 @@ struct Args {
     /// in the background (`d`, `h` or `m`, at least `1h`).
     #[arg(long, env = "EDGEPROF_HISTORY_RETENTION", default_value = "7d")]
     history_retention: String,
+    /// Forward every stored continuous-profiling window to Grafana
+    /// Pyroscope's push API at this base URL (`http://host:port`); off by
+    /// default.
+    #[arg(long, env = "EDGEPROF_PYROSCOPE_URL")]
+    pyroscope_url: Option<String>,
+    /// With --pyroscope-url: the tenant, sent as `X-Scope-OrgID`.
+    #[arg(long, env = "EDGEPROF_PYROSCOPE_TENANT", requires = "pyroscope_url")]
+    pyroscope_tenant: Option<String>,
     /// Delete a Durable Object's placement when no machine has placed,
     /// confirmed or listed it for this long (`h` or `m`, at least `10m` and
     /// twice the lease); its next request places it afresh.
@@ -224,6 +233,11 @@ fn config(args: &Args) -> Result<Config> {
     }
     c.retention = parse_retention(&args.retention)?;
     c.history_retention = parse_age("--history-retention", &args.history_retention, "`7d`")?;
+    if let Some(url) = &args.pyroscope_url {
+        let p = PyroscopeConfig::new(url, args.pyroscope_tenant.as_deref())
+            .map_err(|e| anyhow::anyhow!("--pyroscope-url: {e}"))?;
+        c.pyroscope = Some(p);
+    }
     c.durable_object_ttl = parse_age("--durable-object-ttl", &args.durable_object_ttl, "`1h`")?;
     c.http.max_connections = args.max_connections;
     c.http.header_timeout = Duration::from_millis(args.header_timeout_ms);

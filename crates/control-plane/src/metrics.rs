@@ -28,6 +28,32 @@ pub struct Metrics {
     pub captures_rate_limited: Counter,
     live_machines: Gauge,
     running_captures: Gauge,
+    pyroscope_windows: Family<Labels, Counter>,
+}
+
+/// What became of a window handed to the Pyroscope forwarder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PyroscopeOutcome {
+    /// Pyroscope answered 2xx to the push that carried it.
+    Sent,
+    /// Dropped, oldest first, to make room in a full queue.
+    DroppedFull,
+    /// Dropped because it ended over an hour ago (Pyroscope refuses it).
+    DroppedOld,
+    /// Pyroscope answered a 4xx other than 429 to its push.
+    Refused,
+}
+
+impl PyroscopeOutcome {
+    /// The `outcome` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PyroscopeOutcome::Sent => "sent",
+            PyroscopeOutcome::DroppedFull => "dropped_full",
+            PyroscopeOutcome::DroppedOld => "dropped_old",
+            PyroscopeOutcome::Refused => "refused",
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -41,6 +67,7 @@ impl Default for Metrics {
             captures_rate_limited: Counter::default(),
             live_machines: Gauge::default(),
             running_captures: Gauge::default(),
+            pyroscope_windows: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -78,6 +105,11 @@ impl Default for Metrics {
             "Capture sessions in progress",
             m.running_captures.clone(),
         );
+        registry.register(
+            "edgeprof_pyroscope_windows",
+            "Windows handed to the Pyroscope forwarder, by outcome",
+            m.pyroscope_windows.clone(),
+        );
         // Every series exists from the start, at zero.
         for class in ["ok", "4xx", "5xx"] {
             let _ = m.http_responses.get_or_create(&[("class", class)]);
@@ -88,6 +120,16 @@ impl Default for Metrics {
             SessionStatus::Failed,
         ] {
             let _ = m.captures_finished.get_or_create(&[("status", s.as_str())]);
+        }
+        for o in [
+            PyroscopeOutcome::Sent,
+            PyroscopeOutcome::DroppedFull,
+            PyroscopeOutcome::DroppedOld,
+            PyroscopeOutcome::Refused,
+        ] {
+            let _ = m
+                .pyroscope_windows
+                .get_or_create(&[("outcome", o.as_str())]);
         }
         Metrics { registry, ..m }
     }
@@ -109,6 +151,13 @@ impl Metrics {
         self.captures_finished
             .get_or_create(&[("status", status.as_str())])
             .inc();
+    }
+
+    /// Counts `n` windows of the Pyroscope forwarder that ended in `outcome`.
+    pub fn pyroscope_windows(&self, outcome: PyroscopeOutcome, n: u64) {
+        self.pyroscope_windows
+            .get_or_create(&[("outcome", outcome.as_str())])
+            .inc_by(n);
     }
 
     /// The text exposition, with the gauges set to the values given.

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{BearerError, bearer, secrets_equal};
 use crate::fleet::{Fleet, Isolate, Machine};
+use crate::history::pyroscope::Forwarder;
 use crate::metrics::Metrics;
 use crate::names::DurableObjectId;
 use crate::store::{DurableObjectKey, MachineRecord, Store};
@@ -75,6 +76,7 @@ pub struct RegistryService {
     metrics: Arc<Metrics>,
     /// When each machine's listed objects were last marked seen.
     touched: Arc<Mutex<HashMap<String, Instant>>>,
+    pyroscope: Option<Arc<Forwarder>>,
 }
 
 impl RegistryService {
@@ -85,6 +87,15 @@ impl RegistryService {
             fleet,
             metrics,
             touched: Arc::default(),
+            pyroscope: None,
+        }
+    }
+
+    /// Forwards the windows agents push to Pyroscope through `forwarder`.
+    pub fn with_pyroscope(self, forwarder: Option<Arc<Forwarder>>) -> Self {
+        RegistryService {
+            pyroscope: forwarder,
+            ..self
         }
     }
 
@@ -366,9 +377,15 @@ impl v1::registry_server::Registry for RegistryService {
         let req = request.into_inner();
         let machine = machine_from_proto(req.machine)?;
         let now_ms = self.fleet.clock().now_ms();
-        let pushed = crate::history::ingest::push(&self.store, &machine, req.windows, now_ms)
-            .await
-            .map_err(internal)?;
+        let pushed = crate::history::ingest::push(
+            &self.store,
+            &machine,
+            req.windows,
+            now_ms,
+            self.pyroscope.as_deref(),
+        )
+        .await
+        .map_err(internal)?;
         if let Some(first) = pushed.rejected.first() {
             tracing::warn!(
                 machine = %machine.id,

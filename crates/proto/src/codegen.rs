@@ -11,7 +11,11 @@ fn repo_root() -> PathBuf {
 
 fn generate(out: &Path) {
     let root = repo_root().join("proto");
-    let files = ["pprof/profile.proto", "edgeprof/v1/agent.proto"];
+    let files = [
+        "pprof/profile.proto",
+        "edgeprof/v1/agent.proto",
+        "pyroscope/push/v1/push.proto",
+    ];
     let fds = protox::compile(files, [&root]).expect("proto/ parses");
     tonic_prost_build::configure()
         .build_client(true)
@@ -28,7 +32,12 @@ fn codegen_is_fresh() {
     let committed_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gen");
     let write = std::env::var("EDGEPROF_CODEGEN").as_deref() == Ok("write");
     let mut stale = Vec::new();
-    for name in ["perftools.profiles.rs", "edgeprof.v1.rs"] {
+    for name in [
+        "perftools.profiles.rs",
+        "edgeprof.v1.rs",
+        "push.v1.rs",
+        "types.v1.rs",
+    ] {
         let fresh = std::fs::read_to_string(tmp.path().join(name)).unwrap();
         let path = committed_dir.join(name);
         let committed = std::fs::read_to_string(&path).unwrap_or_default();

@@ -9,6 +9,8 @@
 //! - [`v1`]: the agent ⇄ control-plane gRPC contract, behind the default
 //!   `grpc` feature so that no-IO crates (such as `edgeprof-pprof`) can use the
 //!   profile types without linking tonic.
+//! - [`pyroscope`]: the messages of Grafana Pyroscope's push API
+//!   (`push.v1`, `types.v1`), which the control plane forwards windows with.
 //! - [`rest`]: the control plane's REST contract (request and response
 //!   bodies, query strings, the error body, session status and profile
 //!   kind), hand-written serde types behind the `rest` feature (pulls in
@@ -30,6 +32,23 @@ pub mod pprof {
 #[cfg(feature = "grpc")]
 pub mod v1 {
     include!("gen/edgeprof.v1.rs");
+}
+
+/// Grafana Pyroscope's push API (`push.v1`, and the `types.v1` messages it
+/// uses), messages only: the control plane forwards windows with it.
+pub mod pyroscope {
+    /// `push.v1`: `PushRequest` and what it carries.
+    pub mod push {
+        pub mod v1 {
+            include!("gen/push.v1.rs");
+        }
+    }
+    /// `types.v1`: `LabelPair`.
+    pub mod types {
+        pub mod v1 {
+            include!("gen/types.v1.rs");
+        }
+    }
 }
 
 /// The control plane's REST contract (see `docs/api.md`).

@@ -1,8 +1,9 @@
 //! `Registry.PushWindows`: every window of a batch is checked on its own
 //! (a refused one is named with its reason, the others stored), then the
-//! accepted ones are stored in one transaction, idempotently. A window
-//! that starts more than [`LEVEL0_AGE_MS`] before now is refused: its
-//! minute may be compacted (`super::compact`).
+//! accepted ones are stored in one transaction, idempotently, then handed to
+//! the Pyroscope forwarder if there is one (those new to the store only).
+//! A window that starts more than [`LEVEL0_AGE_MS`] before now is refused:
+//! its minute may be compacted (`super::compact`).
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use edgeprof_proto::rest::ProfileKind;
 use edgeprof_proto::v1;
 
 use super::compact::LEVEL0_AGE_MS;
+use super::pyroscope::Forwarder;
 use crate::fleet::Machine;
 use crate::store::{NewWindow, Store, StoreError};
 use crate::text::truncate;
@@ -47,11 +49,13 @@ pub fn value_type(kind: ProfileKind) -> &'static str {
 }
 
 /// Checks and stores `windows` from `machine`; `now_ms` bounds their ends.
+/// The stored ones are handed to `forward` (which never waits).
 pub async fn push(
     store: &Store,
     machine: &Machine,
     windows: Vec<v1::ProfileWindow>,
     now_ms: i64,
+    forward: Option<&Forwarder>,
 ) -> Result<Pushed, StoreError> {
     let mut out = Pushed::default();
     let mut checked = Vec::new();
@@ -73,7 +77,19 @@ pub async fn push(
         }
     }
     out.accepted = checked.len() as u32;
-    store.insert_windows(checked).await?;
+    // Copied before the store takes the blobs; only those new to the store
+    // are handed off, so a push retried by an agent is not forwarded twice.
+    let forwarded = forward.map(|f| (f, checked.clone()));
+    let new = store.insert_windows_marked(checked).await?;
+    if let Some((f, windows)) = forwarded {
+        f.hand_off(
+            windows
+                .into_iter()
+                .zip(new)
+                .filter_map(|(w, new)| new.then_some(w))
+                .collect(),
+        );
+    }
     Ok(out)
 }
 

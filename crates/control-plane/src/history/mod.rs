@@ -1,7 +1,8 @@
 //! Continuous profiling's history: windows agents push (`ingest`), checked
 //! and stored through `store::windows`, and merged into coarser blocks as
 //! they age (`compact`: 10 s windows → 1 min blocks after an hour → 10 min
-//! blocks after a day). What the query merge and compaction share — how a
+//! blocks after a day), and optionally forwarded to Grafana
+//! Pyroscope (`pyroscope`). What the query merge and compaction share — how a
 //! stored blob is decoded and how a merge says its requests — is here.
 //!
 //! Rank 3 of the module order (beside `capture`): it uses `store` and
@@ -9,6 +10,7 @@
 
 pub mod compact;
 pub mod ingest;
+pub mod pyroscope;
 
 use edgeprof_pprof::Profile;
 

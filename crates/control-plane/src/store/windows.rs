@@ -226,8 +226,14 @@ impl Store {
     /// Stores windows, skipping any already stored (same machine, account,
     /// script, version, kind, level and start); how many were new.
     pub async fn insert_windows(&self, windows: Vec<NewWindow>) -> Result<u64> {
+        let new = self.insert_windows_marked(windows).await?;
+        Ok(new.iter().filter(|n| **n).count() as u64)
+    }
+
+    /// As [`Store::insert_windows`]; per window, whether it was new.
+    pub async fn insert_windows_marked(&self, windows: Vec<NewWindow>) -> Result<Vec<bool>> {
         if windows.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let _w = self.write.lock().await;
         let mut tx = self
@@ -235,13 +241,14 @@ impl Store {
             .begin()
             .await
             .map_err(sql("begin storing windows"))?;
-        let mut stored = 0;
+        let mut stored = Vec::with_capacity(windows.len());
         for w in windows {
-            stored += insert_query(w)
+            let rows = insert_query(w)
                 .execute(&mut *tx)
                 .await
                 .map_err(sql("store a profile window"))?
                 .rows_affected();
+            stored.push(rows > 0);
         }
         tx.commit().await.map_err(sql("commit profile windows"))?;
         Ok(stored)

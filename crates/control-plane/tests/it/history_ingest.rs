@@ -8,15 +8,6 @@ use edgeprof_proto::v1;
 
 use crate::support;
 
-fn machine() -> v1::Machine {
-    v1::Machine {
-        id: "m1".into(),
-        data_center: "lhr".into(),
-        grpc_address: "127.0.0.1:1".into(),
-        http_address: String::new(),
-    }
-}
-
 fn window(version: &str, start: i64, pprof: Vec<u8>) -> v1::ProfileWindow {
     support::profile_window(version, start, pprof, 5)
 }
@@ -53,7 +44,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
 
     let resp = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(machine()),
+            machine: Some(support::window_machine()),
             windows: batch,
             dropped_total: 0,
         })
@@ -78,7 +69,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     // A retried push is accepted and stored once.
     let again = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(machine()),
+            machine: Some(support::window_machine()),
             windows: vec![good],
             dropped_total: 0,
         })
@@ -117,7 +108,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     let mut wrong = support::registry_client(cp.cp.grpc_addr, "not-the-secret").await;
     let err = wrong
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(machine()),
+            machine: Some(support::window_machine()),
             windows: vec![window(&v, start + 40_000, support::isolate_profile("i1"))],
             dropped_total: 0,
         })
@@ -136,7 +127,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     let fresh = cp.cp.clock.now_ms() - 60_000;
     let resp = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(machine()),
+            machine: Some(support::window_machine()),
             windows: vec![window(&v, fresh, support::isolate_profile("i2"))],
             dropped_total: 0,
         })

@@ -13,6 +13,7 @@ mod lifecycle;
 mod memory;
 mod placement;
 mod process;
+mod pyroscope;
 mod storage;
 mod support;
 mod tls;

@@ -44,7 +44,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
 
     let resp = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(support::window_machine()),
+            machine: Some(support::machine("m1", "lhr")),
             windows: batch,
             dropped_total: 0,
         })
@@ -69,7 +69,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     // A retried push is accepted and stored once.
     let again = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(support::window_machine()),
+            machine: Some(support::machine("m1", "lhr")),
             windows: vec![good],
             dropped_total: 0,
         })
@@ -108,7 +108,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     let mut wrong = support::registry_client(cp.cp.grpc_addr, "not-the-secret").await;
     let err = wrong
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(support::window_machine()),
+            machine: Some(support::machine("m1", "lhr")),
             windows: vec![window(&v, start + 40_000, support::isolate_profile("i1"))],
             dropped_total: 0,
         })
@@ -127,7 +127,7 @@ async fn pushed_windows_are_stored_once_and_bad_ones_are_named() {
     let fresh = cp.cp.clock.now_ms() - 60_000;
     let resp = r
         .push_windows(v1::PushWindowsRequest {
-            machine: Some(support::window_machine()),
+            machine: Some(support::machine("m1", "lhr")),
             windows: vec![window(&v, fresh, support::isolate_profile("i2"))],
             dropped_total: 0,
         })

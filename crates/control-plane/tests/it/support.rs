@@ -537,16 +537,6 @@ pub fn sample_sources(pprof: &[u8]) -> Vec<(String, String, String, Option<Strin
     out
 }
 
-/// The machine `m1` in `lhr` that tests push windows as.
-pub fn window_machine() -> v1::Machine {
-    v1::Machine {
-        id: "m1".into(),
-        data_center: "lhr".into(),
-        grpc_address: "127.0.0.1:1".into(),
-        http_address: String::new(),
-    }
-}
-
 /// A 10 s CPU window of `acme/api` at `version` from `start`, as an agent
 /// pushes it.
 pub fn profile_window(

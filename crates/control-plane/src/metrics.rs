@@ -38,7 +38,7 @@ pub enum PyroscopeOutcome {
     Sent,
     /// Dropped, oldest first, to make room in a full queue.
     DroppedFull,
-    /// Dropped because it ended over an hour ago (Pyroscope refuses it).
+    /// Dropped because it started over an hour ago (Pyroscope refuses it).
     DroppedOld,
     /// Pyroscope answered a 4xx other than 429 to its push.
     Refused,

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use edgeprof_proto::pyroscope::push::v1 as push;
 use edgeprof_proto::pyroscope::types::v1::LabelPair;
 use edgeprof_proto::rest::ProfileKind;
@@ -236,10 +237,12 @@ impl Forwarder {
     async fn send(&self, client: &reqwest::Client, mut batch: Vec<NewWindow>) {
         let url = format!("{}{PUSH_PATH}", self.config.url);
         let mut backoff = FIRST_BACKOFF;
+        // Encoded once, again only when old windows leave the batch; a
+        // retry sends the same bytes (`Bytes` clones share them).
+        let mut body = Bytes::from(push_request(&batch).encode_to_vec());
         loop {
-            let body = push_request(&batch).encode_to_vec();
             let n = batch.len() as u64;
-            match self.post(client, &url, body).await {
+            match self.post(client, &url, body.clone()).await {
                 Ok(()) => {
                     self.metrics.pyroscope_windows(PyroscopeOutcome::Sent, n);
                     return;
@@ -262,19 +265,17 @@ impl Forwarder {
             let now_ms = self.clock.now_ms();
             let before = batch.len();
             batch.retain(|w| now_ms - w.start_ms <= MAX_AGE_MS);
-            self.count_old((before - batch.len()) as u64);
-            if batch.is_empty() {
-                return;
+            if batch.len() < before {
+                self.count_old((before - batch.len()) as u64);
+                if batch.is_empty() {
+                    return;
+                }
+                body = Bytes::from(push_request(&batch).encode_to_vec());
             }
         }
     }
 
-    async fn post(
-        &self,
-        client: &reqwest::Client,
-        url: &str,
-        body: Vec<u8>,
-    ) -> Result<(), Failure> {
+    async fn post(&self, client: &reqwest::Client, url: &str, body: Bytes) -> Result<(), Failure> {
         let mut req = client
             .post(url)
             .header("content-type", "application/proto")
@@ -286,7 +287,7 @@ impl Forwarder {
         let mut resp = req
             .send()
             .await
-            .map_err(|e| Failure::Retry(format!("POST {url}: {}", error_chain(&e))))?;
+            .map_err(|e| Failure::Retry(format!("POST {url}: {:#}", anyhow::Error::new(e))))?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());
@@ -316,17 +317,6 @@ enum Failure {
     Retry(String),
     /// Another 4xx: the same push would be refused again.
     Refused(String),
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
 
 /// One `RawProfileSeries` per (account, script, version, data center,

@@ -538,7 +538,7 @@ impl Store {
     }
 
     /// How many windows are stored at each level (level, count), for
-    /// tests and metrics.
+    /// tests and operators.
     pub async fn windows_per_level(&self) -> Result<Vec<(i64, i64)>> {
         let rows = sqlx::query(
             "SELECT level, CAST(COUNT(*) AS BIGINT) FROM profile_windows GROUP BY level ORDER BY level",

@@ -121,6 +121,28 @@ fn the_fixed_json_gateway_no_longer_spends_most_time_in_the_replacer() {
     );
 }
 
+/// The 1-based lines of `fn replacer` in the worker's source, from its `fn`
+/// line to the first line after it that closes it (`}` in column 0), read
+/// from the file so that editing the worker cannot leave a stale range here.
+fn replacer_body_lines() -> std::ops::RangeInclusive<i64> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../e2e/workers/json-gateway/src/lib.rs"
+    );
+    let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let lines: Vec<&str> = src.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("fn replacer("))
+        .unwrap_or_else(|| panic!("{path}: no `fn replacer(`"));
+    let end = start
+        + lines[start..]
+            .iter()
+            .position(|l| *l == "}")
+            .unwrap_or_else(|| panic!("{path}: `fn replacer` never closes"));
+    (start as i64 + 1)..=(end as i64 + 1)
+}
+
 #[test]
 fn dwarf_gives_file_and_line_for_a_rust_worker() {
     let rt = runtime();
@@ -151,9 +173,10 @@ fn dwarf_gives_file_and_line_for_a_rust_worker() {
         lines.iter().any(|&l| l > 0),
         "no line for replacer: {lines:?}"
     );
+    let body = replacer_body_lines();
     assert!(
-        lines.iter().all(|&l| l == 0 || (29..=52).contains(&l)),
-        "replacer lines {lines:?} are not within its body (lines 29-52)"
+        lines.iter().all(|&l| l == 0 || body.contains(&l)),
+        "replacer lines {lines:?} are not within its body (lines {body:?})"
     );
     assert!(p.mapping[0].has_line_numbers && p.mapping[0].has_inline_frames);
 }

@@ -82,11 +82,9 @@ pub struct Args {
     #[arg(long, env = "EDGEPROF_IDLE_ISOLATE_SECS", default_value_t = 120)]
     pub idle_isolate_secs: u64,
     /// Continuous profiling: CPU samples per second taken in the background
-    /// on every isolate (0, the default, turns continuous profiling off;
-    /// at most 100; 19 is Parca's rate), rounded to whole sampling ticks.
-    /// Off by default until the control plane can be asked for the
-    /// history it stores (no query routes yet).
-    #[arg(long, env = "EDGEPROF_CONTINUOUS_HZ", default_value_t = 0)]
+    /// on every isolate (19 by default, Parca's rate; 0 turns continuous
+    /// profiling off; at most 100), rounded to whole sampling ticks.
+    #[arg(long, env = "EDGEPROF_CONTINUOUS_HZ", default_value_t = 19)]
     pub continuous_hz: u32,
     /// Length of a continuous-profiling window (whole seconds, 1s–5min, e.g.
     /// `10s`, `1min`); windows start at wall-clock multiples of it.

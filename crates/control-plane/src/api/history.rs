@@ -303,7 +303,7 @@ pub async fn profile(
         return Err(ApiError::not_found(
             "no_history",
             format!(
-                "no continuous-profiling {}; windows arrive once agents run with --continuous-hz above 0",
+                "no continuous-profiling {}; agents ship one every window (10 s by default) unless they run with --continuous-hz 0",
                 sel.describe()
             ),
         ));

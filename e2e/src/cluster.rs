@@ -32,6 +32,12 @@ pub struct ClusterOptions {
     pub fresh: bool,
     /// Further flags for every node agent (e.g. tighter limits).
     pub agent_args: Vec<String>,
+    /// Continuous profiling on every agent: CPU samples per second per
+    /// isolate (the agent's default, 19; 0 turns it off).
+    pub continuous_hz: u32,
+    /// Length of a continuous-profiling window (the agent's default, 10 s;
+    /// whole seconds).
+    pub continuous_window: Duration,
 }
 
 impl ClusterOptions {
@@ -47,6 +53,8 @@ impl ClusterOptions {
             durable_object_lease: None,
             fresh: true,
             agent_args: Vec::new(),
+            continuous_hz: 19,
+            continuous_window: Duration::from_secs(10),
         }
     }
 }
@@ -356,6 +364,12 @@ impl Cluster {
                 "--heartbeat-ms",
                 &self.options.heartbeat.as_millis().to_string(),
             ])
+            .args([
+                "--continuous-hz",
+                &self.options.continuous_hz.to_string(),
+                "--continuous-window",
+                &format!("{}s", self.options.continuous_window.as_secs().max(1)),
+            ])
             .arg("--ready-file")
             .arg(&ready)
             .args(&self.options.agent_args);
@@ -636,6 +650,12 @@ impl Cluster {
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "scripts": scripts,
+            "continuous_profiling": {
+                "enabled": self.options.continuous_hz > 0,
+                "cpu_hz": self.options.continuous_hz,
+                "window_s": self.options.continuous_window.as_secs().max(1),
+                "heap": self.options.continuous_hz > 0,
+            },
         })
     }
 

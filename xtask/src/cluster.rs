@@ -3,7 +3,7 @@
 //! `edgeprof-cluster` in the foreground; Ctrl-C stops it and every process it
 //! started. Arguments are passed through (`--data-centers N`,
 //! `--machines-per-dc M`, `--rate R`, `--mix SCRIPT=W,…`, `--keep-state`,
-//! `--exit-after S`).
+//! `--exit-after S`, `--continuous-hz H`, `--continuous-window-secs S`).
 
 use std::process::Command;
 

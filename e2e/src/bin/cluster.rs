@@ -43,6 +43,13 @@ struct Args {
     /// Stop by itself after this many seconds (0 = run until Ctrl-C).
     #[arg(long, default_value_t = 0)]
     exit_after: u64,
+    /// Continuous profiling: CPU samples per second on every isolate of
+    /// every agent (0 turns it off; the history commands then find nothing).
+    #[arg(long, default_value_t = 19)]
+    continuous_hz: u32,
+    /// Length of a continuous-profiling window, in whole seconds (1–300).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    continuous_window_secs: u64,
 }
 
 /// (script, wasm file, weight): the deployment the cluster starts with. A
@@ -163,6 +170,8 @@ fn main() -> Result<()> {
     options.data_centers = args.data_centers;
     options.machines_per_dc = args.machines_per_dc;
     options.fresh = !args.keep_state;
+    options.continuous_hz = args.continuous_hz;
+    options.continuous_window = Duration::from_secs(args.continuous_window_secs);
     let kept = args.keep_state && args.state_dir.join("edgeprof.sqlite").is_file();
     eprintln!(
         "edgeprof-cluster: starting a control plane and {}×{} node agents{}…",
@@ -336,6 +345,17 @@ fn example_commands(cluster: &Cluster, scripts: &[serde_json::Value]) -> Vec<ser
             format!("edgeprof profile counter-object --durable-object counter-object:{counter} --duration 5s -o counter.pprof"),
         ),
     ];
+    if cluster.options.continuous_hz > 0 {
+        let window = cluster.options.continuous_window.as_secs().max(1);
+        c.push((
+            "json-gateway's history (continuous profiling, in windows of this length; the first arrives after one)",
+            format!("edgeprof history json-gateway --from -5m -o json-gateway-5m.pprof  # windows of {window} s"),
+        ));
+        c.push((
+            "CPU and requests per minute of json-gateway, one sparkline per version",
+            "edgeprof timeline json-gateway --from -30m --step 1m --group-by version".to_owned(),
+        ));
+    }
     if let Some(fixed) = version_of("metrics-twice-fixed.wasm") {
         c.push((
             "deploy metrics-twice's fix to half of its traffic",

@@ -172,6 +172,31 @@ fn paste(export: &str, command: &str, cwd: &Path) -> std::process::Output {
     }
 }
 
+/// Waits until the first continuous-profiling window of json-gateway has
+/// reached the control plane (one window, 10 s, after traffic began), as
+/// the printed `history` command needs.
+fn wait_for_history(export: &str, work: &Path) {
+    let start = Instant::now();
+    loop {
+        let out = paste(
+            export,
+            "edgeprof timeline json-gateway --from -5m --json",
+            work,
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if doc["series"].as_array().is_some_and(|s| !s.is_empty()) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "no continuous-profiling window of json-gateway after 90 s: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 #[test]
 fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
     if worker("json-gateway").is_none() {
@@ -209,9 +234,16 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
         "data_centers",
         "scripts",
         "commands",
+        "continuous_profiling",
     ] {
         assert!(!doc[key].is_null(), "cluster.json has `{key}`: {doc}");
     }
+    // The local edge profiles every isolate all the time, at the agents' defaults.
+    assert_eq!(
+        doc["continuous_profiling"],
+        serde_json::json!({"enabled": true, "cpu_hz": 19, "window_s": 10, "heap": true}),
+        "{doc}"
+    );
     assert_eq!(doc["data_centers"].as_array().unwrap().len(), 2);
     // Each script says its account; each machine an example worker URL.
     assert_eq!(doc["scripts"][0]["account"], doc["account"], "{doc}");
@@ -255,6 +287,9 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
     assert!(rest.len() >= 6, "{commands:#?}");
     let mut durable_object_stderr = String::new();
     for command in rest {
+        if command.starts_with("edgeprof history") {
+            wait_for_history(export, &work);
+        }
         let out = paste(export, command, &work);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -272,6 +307,8 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
             Some("view") => "json_gateway",
             Some("profile") if command.contains("--type heap") => "record_instrumentation",
             Some("rollout") => "50.0%",
+            Some("history") => "json-gateway-5m.pprof",
+            Some("timeline") => "cpu/request",
             _ => "",
         };
         assert!(
@@ -279,7 +316,7 @@ fn printed_commands_work_and_ctrl_c_leaves_nothing_behind() {
             "`{command}` shows `{expect}`:\n{stdout}\n{stderr}"
         );
     }
-    for file in ["json-gateway.pprof", "heap.pprof"] {
+    for file in ["json-gateway.pprof", "heap.pprof", "json-gateway-5m.pprof"] {
         let bytes = std::fs::read(work.join(file)).unwrap();
         let profile = edgeprof_pprof::decode(&bytes).unwrap();
         assert!(!profile.sample.is_empty(), "{file} has samples");

@@ -136,10 +136,14 @@ impl ModuleSymbols {
             return Vec::new();
         };
         let mut out = Vec::new();
+        let unit = ctx.find_dwarf_and_unit(probe).skip_all_loads();
         let Ok(mut frames) = ctx.find_frames(probe).skip_all_loads() else {
             return out;
         };
         while let Ok(Some(frame)) = frames.next() {
+            let decl_file = unit
+                .zip(frame.dw_die_offset)
+                .and_then(|(unit, die)| decl_file(unit, die));
             let function = frame
                 .function
                 .as_ref()
@@ -155,6 +159,16 @@ impl ModuleSymbols {
                     )
                 })
                 .unwrap_or_default();
+            // A function's file is where it is declared. The line-table row
+            // can be in another file when code was inlined without an
+            // inlined-subroutine entry (rustc does this for some std code);
+            // its line numbers mean nothing in the function's own file, so
+            // such a frame gets line 0, DWARF's "no source line".
+            let (file, line) = match decl_file {
+                Some(decl) if decl != file => (decl, 0),
+                Some(decl) => (decl, line),
+                None => (file, line),
+            };
             out.push(SourceFrame {
                 function,
                 file,
@@ -177,6 +191,76 @@ impl ModuleSymbols {
         let dwarf = gimli::Dwarf::load(load).ok()?;
         addr2line::Context::from_dwarf(dwarf).ok()
     }
+}
+
+/// The file a function's DIE (`die`, a subprogram or inlined subroutine)
+/// declares it in, following `DW_AT_abstract_origin` and
+/// `DW_AT_specification` within the unit; rendered as `addr2line` renders
+/// line-table files (comp dir, include directory, name) so the two compare.
+fn decl_file(unit: gimli::UnitRef<'_, Reader>, die: gimli::UnitOffset) -> Option<String> {
+    let mut offset = die;
+    // Origins chain at most a few deep (inlined -> abstract -> declaration);
+    // the bound stops a malformed (cyclic) chain.
+    for _ in 0..4 {
+        let entry = unit.entry(offset).ok()?;
+        if let Some(gimli::AttributeValue::FileIndex(index)) =
+            entry.attr_value(gimli::DW_AT_decl_file)
+        {
+            return render_file(unit, index);
+        }
+        let origin = [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification]
+            .into_iter()
+            .find_map(|at| match entry.attr_value(at) {
+                Some(gimli::AttributeValue::UnitRef(o)) => Some(o),
+                _ => None,
+            })?;
+        offset = origin;
+    }
+    None
+}
+
+fn render_file(unit: gimli::UnitRef<'_, Reader>, index: u64) -> Option<String> {
+    use gimli::Reader as _;
+    let program = unit.line_program.as_ref()?;
+    let header = program.header();
+    let file = header.file(index)?;
+    let lossy = |value| -> Option<String> {
+        Some(
+            unit.attr_string(value)
+                .ok()?
+                .to_string_lossy()
+                .ok()?
+                .into_owned(),
+        )
+    };
+    let mut path = match &unit.comp_dir {
+        Some(dir) => dir.to_string_lossy().ok()?.into_owned(),
+        None => String::new(),
+    };
+    if file.directory_index() != 0
+        && let Some(dir) = file.directory(header)
+    {
+        push_path(&mut path, &lossy(dir)?);
+    }
+    push_path(&mut path, &lossy(file.path_name())?);
+    Some(path)
+}
+
+fn push_path(path: &mut String, part: &str) {
+    let rooted = |p: &str| p.starts_with(['/', '\\']) || matches!(p.get(1..3), Some(":/" | ":\\"));
+    if rooted(part) {
+        *path = part.to_string();
+        return;
+    }
+    let sep = if path.starts_with('\\') || path.get(1..3) == Some(":\\") {
+        '\\'
+    } else {
+        '/'
+    };
+    if !path.is_empty() && !path.ends_with(sep) {
+        path.push(sep);
+    }
+    path.push_str(part);
 }
 
 /// The frames a heap sample starts with that are the sampling machinery,

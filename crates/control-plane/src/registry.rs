@@ -10,7 +10,7 @@ use edgeprof_proto::v1;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{BearerError, bearer, secrets_equal};
-use crate::fleet::{Fleet, Isolate, Machine};
+use crate::fleet::{Chunk, Fleet, Isolate, Machine};
 use crate::history::pyroscope::Forwarder;
 use crate::metrics::Metrics;
 use crate::names::DurableObjectId;
@@ -60,13 +60,22 @@ impl tonic::service::Interceptor for AgentAuth {
     }
 }
 
-/// Most isolates one heartbeat may carry.
+/// Most isolates one heartbeat message may carry.
 pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 10_000;
+
+/// Most chunks one heartbeat may be sent in: with
+/// [`MAX_ISOLATES_PER_HEARTBEAT`], what the fleet holds for one machine
+/// stays bounded.
+pub const MAX_HEARTBEAT_CHUNKS: u32 = 50;
 
 /// How often a machine's heartbeat marks the Durable Objects it lists as
 /// seen (a write per object; the placements' time to live is at least
 /// [`crate::MIN_DURABLE_OBJECT_TTL`], ten of these).
 pub const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// When a machine's listed objects were last marked seen, and by which
+/// chunked heartbeat, if it was one.
+type Touched = (Instant, Option<u64>);
 
 /// The gRPC `Registry` service.
 #[derive(Debug, Clone)]
@@ -74,8 +83,9 @@ pub struct RegistryService {
     store: Arc<Store>,
     fleet: Arc<Fleet>,
     metrics: Arc<Metrics>,
-    /// When each machine's listed objects were last marked seen.
-    touched: Arc<Mutex<HashMap<String, Instant>>>,
+    /// When each machine's listed objects were last marked seen, and by
+    /// which heartbeat (its later chunks mark theirs too).
+    touched: Arc<Mutex<HashMap<String, Touched>>>,
     pyroscope: Option<Arc<Forwarder>>,
 }
 
@@ -100,14 +110,17 @@ impl RegistryService {
     }
 
     /// Whether `machine_id`'s heartbeat now should mark its objects seen
-    /// (and, if so, counts this one as done).
-    fn touch_due(&self, machine_id: &str) -> bool {
+    /// (and, if so, counts this one as done). `chunked` names the
+    /// heartbeat a chunk belongs to: once one chunk of a heartbeat marks,
+    /// all of its chunks do, so every listed object is marked.
+    fn touch_due(&self, machine_id: &str, chunked: Option<u64>) -> bool {
         let now = self.fleet.clock().now();
         let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
         match touched.get(machine_id) {
-            Some(at) if now.saturating_duration_since(*at) < TOUCH_EVERY => false,
+            Some((_, Some(id))) if chunked == Some(*id) => true,
+            Some((at, _)) if now.saturating_duration_since(*at) < TOUCH_EVERY => false,
             _ => {
-                touched.insert(machine_id.to_owned(), now);
+                touched.insert(machine_id.to_owned(), (now, chunked));
                 true
             }
         }
@@ -195,6 +208,25 @@ impl v1::registry_server::Registry for RegistryService {
                 req.evicted.len()
             )));
         }
+        let chunk = match req.chunks {
+            0 | 1 => None,
+            n if n > MAX_HEARTBEAT_CHUNKS => {
+                return Err(Status::invalid_argument(format!(
+                    "chunks: at most {MAX_HEARTBEAT_CHUNKS} per heartbeat (got {n})"
+                )));
+            }
+            n if req.chunk >= n => {
+                return Err(Status::invalid_argument(format!(
+                    "chunk: must be below chunks ({n}) (got {})",
+                    req.chunk
+                )));
+            }
+            n => Some(Chunk {
+                heartbeat_id: req.heartbeat_id,
+                index: req.chunk,
+                count: n,
+            }),
+        };
         let isolates: Vec<Isolate> = req.isolates.into_iter().map(isolate_from_proto).collect();
         let evicted: Vec<Isolate> = req.evicted.into_iter().map(isolate_from_proto).collect();
         record(&self.store, &m, self.fleet.clock().now_ms()).await?;
@@ -203,7 +235,9 @@ impl v1::registry_server::Registry for RegistryService {
             // step against placements (see `Fleet::placements`).
             let _placements = self.fleet.placements().await;
             self.fleet.heard(&m.id);
-            let seen = self.touch_due(&m.id).then(|| self.fleet.clock().now_ms());
+            let seen = self
+                .touch_due(&m.id, chunk.map(|c| c.heartbeat_id))
+                .then(|| self.fleet.clock().now_ms());
             if let Some(seen) = seen
                 && req.isolates_omitted > 0
             {
@@ -222,7 +256,10 @@ impl v1::registry_server::Registry for RegistryService {
                 .collect();
             tracing::info!(machine = %m.id, objects = ?names, "durable objects placed elsewhere: the agent drops them");
         }
-        self.fleet.heartbeat(m, Some(isolates), &evicted);
+        match chunk {
+            Some(chunk) => self.fleet.heartbeat_chunk(m, chunk, isolates, &evicted),
+            None => self.fleet.heartbeat(m, Some(isolates), &evicted),
+        }
         self.metrics.heartbeats.inc();
         let generation = self.store.deployment_generation().await.map_err(internal)?;
         Ok(Response::new(v1::HeartbeatResponse {

@@ -152,6 +152,7 @@ impl Running {
                     isolates,
                     isolates_omitted: 0,
                     evicted: Vec::new(),
+                    ..Default::default()
                 })
                 .await
                 .expect("heartbeat accepted");

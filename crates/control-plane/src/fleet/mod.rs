@@ -97,6 +97,31 @@ struct MachineState {
     machine: Machine,
     isolates: Vec<Isolate>,
     last_heartbeat: Instant,
+    /// The chunked heartbeat being received, if any.
+    pending: Option<Pending>,
+}
+
+/// One heartbeat sent as several chunks ([`Chunk`]), as far as it has
+/// arrived.
+#[derive(Debug)]
+struct Pending {
+    heartbeat_id: u64,
+    /// Which chunks have arrived.
+    arrived: Vec<bool>,
+    /// Ids of the isolates they listed.
+    listed: std::collections::HashSet<String>,
+}
+
+/// Where a heartbeat message stands in its heartbeat: chunk `index` of
+/// `count` of heartbeat `heartbeat_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    /// Shared by the chunks of one heartbeat.
+    pub heartbeat_id: u64,
+    /// From 0.
+    pub index: u32,
+    /// Chunks in the heartbeat (more than one).
+    pub count: u32,
 }
 
 /// The machines that heartbeat, and what runs on them.
@@ -236,17 +261,79 @@ impl Fleet {
         }
         let mut map = self.lock();
         let prev = map.remove(&machine.id);
-        let isolates = isolates
-            .or_else(|| prev.map(|p| p.isolates))
-            .unwrap_or_default();
+        let (isolates, pending) = match isolates {
+            Some(isolates) => (isolates, None),
+            None => prev.map(|p| (p.isolates, p.pending)).unwrap_or_default(),
+        };
         map.insert(
             machine.id.clone(),
             MachineState {
                 machine,
                 isolates,
                 last_heartbeat: self.clock.now(),
+                pending,
             },
         );
+    }
+
+    /// Records one chunk of a heartbeat sent in several: its isolates join
+    /// (or update) the machine's list at once, so their objects count as
+    /// hosted there; when every chunk of the heartbeat has arrived, the
+    /// isolates none of them listed leave the list. A heartbeat with a
+    /// chunk missing removes nothing (the next complete one does).
+    pub fn heartbeat_chunk(
+        &self,
+        machine: Machine,
+        chunk: Chunk,
+        isolates: Vec<Isolate>,
+        evicted: &[Isolate],
+    ) {
+        self.record_readings(
+            &machine.id,
+            isolates.iter().chain(evicted),
+            self.clock.now(),
+        );
+        let mut map = self.lock();
+        let state = map
+            .entry(machine.id.clone())
+            .or_insert_with(|| MachineState {
+                machine: machine.clone(),
+                isolates: Vec::new(),
+                last_heartbeat: self.clock.now(),
+                pending: None,
+            });
+        state.machine = machine;
+        state.last_heartbeat = self.clock.now();
+        let count = chunk.count as usize;
+        let pending = match &mut state.pending {
+            Some(p) if p.heartbeat_id == chunk.heartbeat_id && p.arrived.len() == count => p,
+            other => other.insert(Pending {
+                heartbeat_id: chunk.heartbeat_id,
+                arrived: vec![false; count],
+                listed: std::collections::HashSet::new(),
+            }),
+        };
+        if let Some(a) = pending.arrived.get_mut(chunk.index as usize) {
+            *a = true;
+        }
+        let at: HashMap<String, usize> = state
+            .isolates
+            .iter()
+            .enumerate()
+            .map(|(n, i)| (i.id.clone(), n))
+            .collect();
+        for i in isolates {
+            pending.listed.insert(i.id.clone());
+            match at.get(&i.id) {
+                Some(&n) => state.isolates[n] = i,
+                None => state.isolates.push(i),
+            }
+        }
+        if pending.arrived.iter().all(|a| *a) {
+            let listed = std::mem::take(&mut pending.listed);
+            state.isolates.retain(|i| listed.contains(&i.id));
+            state.pending = None;
+        }
     }
 
     /// Whether the machine heartbeat recently.

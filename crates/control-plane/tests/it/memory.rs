@@ -46,6 +46,7 @@ async fn beat(client: &mut Registry, m: &v1::Machine, isolates: Vec<v1::IsolateS
             isolates,
             isolates_omitted: 0,
             evicted: Vec::new(),
+            ..Default::default()
         })
         .await
         .expect("heartbeat accepted");
@@ -261,6 +262,7 @@ async fn evicted_isolates_final_readings_count_but_are_not_listed() {
             isolates: vec![status("i2", &v, MIB, (1, 1))],
             isolates_omitted: 0,
             evicted: vec![status("i1", &v, tried, (1, 1))],
+            ..Default::default()
         })
         .await
         .expect("heartbeat accepted");
@@ -291,6 +293,7 @@ async fn evicted_isolates_final_readings_count_but_are_not_listed() {
             isolates: Vec::new(),
             isolates_omitted: 0,
             evicted: vec![status("j1", &v, tried, (1, 1))],
+            ..Default::default()
         })
         .await
         .expect("heartbeat accepted");

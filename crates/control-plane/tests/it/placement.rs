@@ -93,6 +93,7 @@ async fn beat_as(
         }],
         isolates_omitted: 0,
         evicted: Vec::new(),
+        ..Default::default()
     })
     .await
     .expect("heartbeat accepted")
@@ -369,4 +370,148 @@ async fn a_durable_object_ttl_under_ten_minutes_is_refused() {
         format!("{err:#}"),
         "durable object ttl: at least 10 min and twice the lease (3000 ms) (got 300 s)"
     );
+}
+
+/// Isolates `ns` of `m`, each with a recent request, isolate `n` hosting
+/// the object `{n:064x}`.
+fn hosting_isolates(
+    m: &str,
+    version: &str,
+    ns: impl Iterator<Item = usize>,
+) -> Vec<v1::IsolateStatus> {
+    ns.map(|n| v1::IsolateStatus {
+        isolate_id: format!("{m}-{n}"),
+        script: "rooms".into(),
+        version_id: version.into(),
+        account: "acme".into(),
+        durable_objects: vec![format!("rooms:{n:064x}")],
+        requests_last_60s: 1,
+        ..Default::default()
+    })
+    .collect()
+}
+
+/// Chunk `chunk` of `chunks` of heartbeat `id` from `m`.
+async fn beat_chunk(
+    r: &mut Registry,
+    m: &str,
+    (id, chunk, chunks): (u64, u32, u32),
+    isolates: Vec<v1::IsolateStatus>,
+) -> Result<v1::HeartbeatResponse, tonic::Status> {
+    r.heartbeat(v1::HeartbeatRequest {
+        machine: Some(machine(m)),
+        isolates,
+        heartbeat_id: id,
+        chunk,
+        chunks,
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// The isolates `GET …/rooms/targets` lists on `m`.
+async fn targets_on(cp: &Cp, m: &str) -> std::collections::BTreeSet<String> {
+    let (status, body, raw) = cp.get("/v1/accounts/acme/scripts/rooms/targets").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
+    body["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["machine"] == m)
+        .map(|t| t["isolate"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 15: a heartbeat carried at most 2,000 isolates, so a machine
+/// hosting more Durable Objects stopped renewing the rest (1,688 targets
+/// listed while its agent held 6,442 isolates). A machine with 5,000
+/// objects sends its heartbeat in chunks: every isolate is a target, each
+/// chunk's answer names the objects *it* listed that live elsewhere, and
+/// an isolate leaves the list only when a complete heartbeat no longer
+/// lists it (one with a chunk missing removes nothing).
+#[tokio::test]
+async fn a_heartbeat_in_chunks_lists_every_isolate_and_removes_only_what_a_complete_one_left_out() {
+    let (_dir, db) = support::sqlite();
+    let cp = Cp::start(config(&db)).await;
+    let version = cp.deploy("rooms", None).await;
+    let mut r = support::registry_client(cp.cp.grpc_addr, support::SECRET).await;
+    // Object 4321 already lives on m2.
+    let moved = format!("{:064x}", 4321);
+    assert_eq!(owner(&place(&mut r, "m2", &moved).await.unwrap()), "m2");
+
+    const N: usize = 5000;
+    let all: std::collections::BTreeSet<String> = (0..N).map(|n| format!("m1-{n}")).collect();
+    let ranges = [0..2000, 2000..4000, 4000..N];
+    for (i, range) in ranges.iter().enumerate() {
+        let hb = beat_chunk(
+            &mut r,
+            "m1",
+            (7, i as u32, 3),
+            hosting_isolates("m1", &version, range.clone()),
+        )
+        .await
+        .expect("each chunk is accepted");
+        let elsewhere: Vec<&str> = hb
+            .durable_objects_elsewhere
+            .iter()
+            .map(|d| d.object_id.as_str())
+            .collect();
+        if i == 2 {
+            assert_eq!(elsewhere, vec![moved.as_str()], "the chunk listing it");
+        } else {
+            assert!(elsewhere.is_empty(), "chunk {i}: {elsewhere:?}");
+        }
+    }
+    assert_eq!(
+        targets_on(&cp, "m1").await,
+        all,
+        "every isolate is a target"
+    );
+
+    // Isolate 17 is gone; the heartbeat saying so loses its middle chunk.
+    let without_17 = || (0..N).filter(|n| *n != 17);
+    let chunk = |c: usize| hosting_isolates("m1", &version, without_17().skip(c * 2000).take(2000));
+    cp.advance(HEARTBEAT);
+    beat_chunk(&mut r, "m1", (8, 0, 3), chunk(0)).await.unwrap();
+    beat_chunk(&mut r, "m1", (8, 2, 3), chunk(2)).await.unwrap();
+    assert_eq!(
+        targets_on(&cp, "m1").await,
+        all,
+        "an incomplete heartbeat removes nothing"
+    );
+    cp.advance(HEARTBEAT);
+    for c in 0..3 {
+        beat_chunk(&mut r, "m1", (9, c as u32, 3), chunk(c))
+            .await
+            .unwrap();
+    }
+    let mut expected = all.clone();
+    expected.remove("m1-17");
+    assert_eq!(targets_on(&cp, "m1").await, expected);
+
+    // An unchunked heartbeat still replaces the list.
+    beat_chunk(
+        &mut r,
+        "m1",
+        (0, 0, 0),
+        hosting_isolates("m1", &version, 0..1),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        targets_on(&cp, "m1").await,
+        ["m1-0".to_owned()].into_iter().collect()
+    );
+
+    // Bounds, with the field and the limit.
+    let err = beat_chunk(&mut r, "m1", (10, 0, 51), Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.message(), "chunks: at most 50 per heartbeat (got 51)");
+    let err = beat_chunk(&mut r, "m1", (10, 3, 3), Vec::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.message(), "chunk: must be below chunks (3) (got 3)");
 }

@@ -471,6 +471,7 @@ impl Agent {
                     .collect(),
                 isolates_omitted: 0,
                 evicted: Vec::new(),
+                ..Default::default()
             })
             .await
             .expect("heartbeat accepted");

@@ -54,13 +54,21 @@ pub struct IsolateStatus {
     #[prost(uint64, tag = "10")]
     pub memory_evictions: u64,
 }
+/// A machine with more isolates than one message holds sends one heartbeat
+/// as several chunks, one call each: the same `heartbeat_id`, `chunk`
+/// counting from 0 to `chunks` - 1, every isolate in exactly one chunk, the
+/// evicted ones in the first. Each chunk renews the leases of the Durable
+/// Objects it lists and adds its isolates to the machine's list; once every
+/// chunk of a heartbeat has arrived, isolates none of them listed leave it.
+/// `chunks` 0 or 1: the heartbeat is this one message.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HeartbeatRequest {
     #[prost(message, optional, tag = "1")]
     pub machine: ::core::option::Option<Machine>,
     #[prost(message, repeated, tag = "2")]
     pub isolates: ::prost::alloc::vec::Vec<IsolateStatus>,
-    /// Isolates left out because the message would exceed its size bound.
+    /// Isolates left out because the message would exceed its size bound
+    /// (agents that do not chunk).
     #[prost(uint32, tag = "3")]
     pub isolates_omitted: u32,
     /// Isolates evicted since the last acknowledged heartbeat, each with its
@@ -69,6 +77,14 @@ pub struct HeartbeatRequest {
     /// Counted in the memory view; never capture targets.
     #[prost(message, repeated, tag = "4")]
     pub evicted: ::prost::alloc::vec::Vec<IsolateStatus>,
+    /// Names one heartbeat of this machine among its chunks; a new value per
+    /// heartbeat.
+    #[prost(uint64, tag = "5")]
+    pub heartbeat_id: u64,
+    #[prost(uint32, tag = "6")]
+    pub chunk: u32,
+    #[prost(uint32, tag = "7")]
+    pub chunks: u32,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HeartbeatResponse {

@@ -512,6 +512,7 @@ async fn route_object(
     ask: bool,
 ) -> Result<ObjectRoute, Response> {
     let here = s.hosting.durable_object(key).map_err(|e| start_error(&e))?;
+    let lease_ended = matches!(here, ObjectHere::Fenced);
     match here {
         ObjectHere::Serving(slot, until) => return Ok(ObjectRoute::Here(slot, until)),
         ObjectHere::Fenced => {}
@@ -528,6 +529,7 @@ async fn route_object(
             }
         }
     }
+    s.metrics.placement_asked(lease_ended);
     place(s, script, key).await
 }
 

@@ -21,6 +21,8 @@ pub struct Metrics {
     captures_ok: AtomicU64,
     captures_failed: AtomicU64,
     forwarded: AtomicU64,
+    placements_new: AtomicU64,
+    placements_lease_ended: AtomicU64,
     continuous: ContinuousCounters,
 }
 
@@ -115,6 +117,18 @@ impl Metrics {
     /// Records a Durable Object request forwarded to its owner.
     pub fn forwarded(&self) {
         self.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a request that asked the control plane where its Durable
+    /// Object lives: one this machine did not hold, or (`lease_ended`) one
+    /// placed here whose lease had run out (a heartbeat failed to renew
+    /// it, or the control plane was away).
+    pub fn placement_asked(&self, lease_ended: bool) {
+        if lease_ended {
+            self.placements_lease_ended.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.placements_new.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Records `n` continuous windows dropped unsent.
@@ -291,6 +305,24 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE edgeprof_agent_forwarded_total counter");
         let _ = writeln!(out, "edgeprof_agent_forwarded_total {}", g(&self.forwarded));
+        let _ = writeln!(
+            out,
+            "# HELP edgeprof_agent_durable_object_placements_total Durable Object requests that asked the control plane where the object lives: not held here (new), or held here past its lease (lease_ended)."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE edgeprof_agent_durable_object_placements_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "edgeprof_agent_durable_object_placements_total{{reason=\"new\"}} {}",
+            g(&self.placements_new)
+        );
+        let _ = writeln!(
+            out,
+            "edgeprof_agent_durable_object_placements_total{{reason=\"lease_ended\"}} {}",
+            g(&self.placements_lease_ended)
+        );
         let _ = writeln!(out, "# HELP edgeprof_agent_isolates Live isolates.");
         let _ = writeln!(out, "# TYPE edgeprof_agent_isolates gauge");
         let _ = writeln!(out, "edgeprof_agent_isolates {isolates}");

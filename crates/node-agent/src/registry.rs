@@ -40,9 +40,15 @@ const MAX_MODULE_FAILURES: usize = 1024;
 /// this often, however many unknown names are asked for.
 pub const UNKNOWN_SCRIPT_REFRESH: Duration = Duration::from_secs(1);
 
-/// Most isolates reported in one heartbeat, so a message stays well under
-/// gRPC's 4 MiB default.
-pub const MAX_ISOLATES_PER_HEARTBEAT: usize = 2000;
+/// Most isolates reported in one heartbeat message, so a message stays
+/// well under gRPC's 4 MiB default; a machine with more sends its
+/// heartbeat in chunks of this many.
+pub const ISOLATES_PER_HEARTBEAT_CHUNK: usize = 2000;
+
+/// Most chunks in one heartbeat (the control plane's bound): past
+/// `ISOLATES_PER_HEARTBEAT_CHUNK` × this many isolates, the rest are
+/// counted as omitted.
+pub const MAX_HEARTBEAT_CHUNKS: usize = 50;
 
 /// A deployed script as this agent knows it (by [`ScriptKey`]: its
 /// account and name).
@@ -65,6 +71,9 @@ pub struct Registry {
     module_failures: Mutex<HashMap<String, (Instant, String)>>,
     /// Refreshes for unknown names, one at a time, and when the last ended.
     unknown_refresh: tokio::sync::Mutex<Option<Instant>>,
+    /// The next heartbeat's id (its chunks share it); starts from the
+    /// clock so a restarted agent does not reuse its predecessor's.
+    next_heartbeat_id: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Registry {
@@ -92,6 +101,11 @@ impl Registry {
             modules: Mutex::new(HashMap::new()),
             module_failures: Mutex::new(HashMap::new()),
             unknown_refresh: tokio::sync::Mutex::new(None),
+            next_heartbeat_id: std::sync::atomic::AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64),
+            ),
         })
     }
 
@@ -121,9 +135,27 @@ impl Registry {
     /// readings of isolates evicted since the last one; renews the leases
     /// of the Durable Objects it listed and drops those placed elsewhere;
     /// refetches the deployment when its generation changed.
+    ///
+    /// More isolates than one message holds go in chunks of
+    /// [`ISOLATES_PER_HEARTBEAT_CHUNK`], one call each, the evicted ones
+    /// with the first: each answer renews the leases of the objects its
+    /// chunk listed, so every object keeps its lease whatever the count
+    /// (issue 15: past 2,000 isolates the rest were left out, and their
+    /// objects lost their leases). A failed chunk ends the heartbeat; the
+    /// next one sends everything again.
     pub async fn heartbeat(&self, hosting: &Hosting) -> Result<()> {
         let slots = hosting.slots();
-        let omitted = slots.len().saturating_sub(MAX_ISOLATES_PER_HEARTBEAT);
+        let max = ISOLATES_PER_HEARTBEAT_CHUNK * MAX_HEARTBEAT_CHUNKS;
+        let omitted = slots.len().saturating_sub(max);
+        let slots = &slots[..slots.len().min(max)];
+        let chunks: Vec<&[Arc<Slot>]> = if slots.is_empty() {
+            vec![&[]]
+        } else {
+            slots.chunks(ISOLATES_PER_HEARTBEAT_CHUNK).collect()
+        };
+        let heartbeat_id = self
+            .next_heartbeat_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let status = |s: &Slot| {
             let (evictions, memory_evictions) = hosting.evictions(&s.key.account, &s.version_id);
             v1::IsolateStatus {
@@ -139,63 +171,77 @@ impl Registry {
                 memory_evictions,
             }
         };
-        let isolates: Vec<v1::IsolateStatus> = slots
-            .iter()
-            .take(MAX_ISOLATES_PER_HEARTBEAT)
-            .map(|s| status(s))
-            .collect();
-        let listed: Vec<ObjectKey> = slots
-            .iter()
-            .take(MAX_ISOLATES_PER_HEARTBEAT)
-            .filter_map(|s| s.durable_object.clone())
-            .collect();
-        let evicted_slots = hosting.take_evicted(MAX_ISOLATES_PER_HEARTBEAT);
-        let evicted = evicted_slots
-            .iter()
-            .map(|s| v1::IsolateStatus {
-                durable_objects: Vec::new(),
-                ..status(s)
-            })
-            .collect();
-        // The leases this heartbeat renews count from now, before sending.
-        let sent = Instant::now();
-        let resp = self
-            .client
-            .clone()
-            .heartbeat(self.request(v1::HeartbeatRequest {
-                machine: Some(self.machine.clone()),
-                isolates,
-                isolates_omitted: omitted as u32,
-                evicted,
-            }))
-            .await;
-        let resp = match resp {
-            Ok(r) => r.into_inner(),
-            Err(s) => {
-                hosting.restore_evicted(evicted_slots);
-                bail!("heartbeat: {}", s.message());
-            }
-        };
-        let elsewhere: Vec<ObjectKey> = resp
-            .durable_objects_elsewhere
-            .into_iter()
-            .map(|d| ObjectKey {
-                script: ScriptKey {
-                    account: d.account,
-                    script: d.script,
-                },
-                namespace: d.namespace,
-                id: d.object_id,
-            })
-            .collect();
-        hosting.durable_objects_renewed(
-            &listed,
-            &elsewhere,
-            sent,
-            Duration::from_millis(u64::from(resp.durable_object_lease_ms)),
-        );
+        let mut generation = None;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let isolates: Vec<v1::IsolateStatus> = chunk.iter().map(|s| status(s)).collect();
+            let listed: Vec<ObjectKey> = chunk
+                .iter()
+                .filter_map(|s| s.durable_object.clone())
+                .collect();
+            let evicted_slots = if i == 0 {
+                hosting.take_evicted(ISOLATES_PER_HEARTBEAT_CHUNK)
+            } else {
+                Vec::new()
+            };
+            let evicted = evicted_slots
+                .iter()
+                .map(|s| v1::IsolateStatus {
+                    durable_objects: Vec::new(),
+                    ..status(s)
+                })
+                .collect();
+            // The leases this chunk renews count from now, before sending.
+            let sent = Instant::now();
+            let resp = self
+                .client
+                .clone()
+                .heartbeat(self.request(v1::HeartbeatRequest {
+                    machine: Some(self.machine.clone()),
+                    isolates,
+                    isolates_omitted: omitted as u32,
+                    evicted,
+                    heartbeat_id,
+                    chunk: i as u32,
+                    chunks: chunks.len() as u32,
+                }))
+                .await;
+            let resp = match resp {
+                Ok(r) => r.into_inner(),
+                Err(s) => {
+                    hosting.restore_evicted(evicted_slots);
+                    if chunks.len() > 1 {
+                        bail!(
+                            "heartbeat (chunk {} of {}): {}",
+                            i + 1,
+                            chunks.len(),
+                            s.message()
+                        );
+                    }
+                    bail!("heartbeat: {}", s.message());
+                }
+            };
+            let elsewhere: Vec<ObjectKey> = resp
+                .durable_objects_elsewhere
+                .into_iter()
+                .map(|d| ObjectKey {
+                    script: ScriptKey {
+                        account: d.account,
+                        script: d.script,
+                    },
+                    namespace: d.namespace,
+                    id: d.object_id,
+                })
+                .collect();
+            hosting.durable_objects_renewed(
+                &listed,
+                &elsewhere,
+                sent,
+                Duration::from_millis(u64::from(resp.durable_object_lease_ms)),
+            );
+            generation = Some(resp.deployment_generation);
+        }
         let known = *self.generation.lock().unwrap_or_else(|e| e.into_inner());
-        if resp.deployment_generation != known {
+        if generation.is_some_and(|g| g != known) {
             self.refresh_deployment().await?;
         }
         Ok(())

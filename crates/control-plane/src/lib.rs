@@ -123,7 +123,7 @@ impl Config {
     pub fn new(database: impl Into<String>, agent_secret: impl Into<String>) -> Self {
         Config {
             http_listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            grpc_listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             database: database.into(),
             agent_secret: agent_secret.into(),
             heartbeat_interval: Duration::from_secs(5),

@@ -28,7 +28,7 @@ struct Args {
     #[arg(
         long,
         env = "EDGEPROF_GRPC_LISTEN",
-        default_value = "127.0.0.1:8081",
+        default_value = "127.0.0.1:9090",
         global = true
     )]
     grpc_listen: SocketAddr,

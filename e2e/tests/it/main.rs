@@ -11,6 +11,7 @@ mod capture;
 mod cases;
 mod cluster;
 mod dashboard;
+mod deploy;
 mod history;
 mod hostile;
 mod memory;

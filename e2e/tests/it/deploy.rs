@@ -270,3 +270,149 @@ fn systemd_units_pass_systemd_analyze_verify() {
         );
     }
 }
+
+/// Where a manifest's environment variable comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// `value: …`
+    Value(String),
+    /// `valueFrom:` a secret's `key` or a `fieldPath`.
+    From(String),
+}
+
+/// The `EDGEPROF_*` environment of a Kubernetes manifest's container, the
+/// `containerPort`s by name, and the Services' `targetPort`s.
+struct Manifest {
+    env: BTreeMap<String, Source>,
+    container_ports: BTreeMap<String, u16>,
+    target_ports: BTreeSet<String>,
+}
+
+fn manifest(path: &str) -> Manifest {
+    let text = read(path);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let unquote = |s: &str| s.trim().trim_matches('"').to_owned();
+    let mut m = Manifest {
+        env: BTreeMap::new(),
+        container_ports: BTreeMap::new(),
+        target_ports: BTreeSet::new(),
+    };
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(name) = line.strip_prefix("- name: ") {
+            let next = lines.get(i + 1).copied().unwrap_or("");
+            if name.starts_with("EDGEPROF_") {
+                let source = if let Some(v) = next.strip_prefix("value:") {
+                    Source::Value(unquote(v))
+                } else {
+                    assert_eq!(next, "valueFrom:", "{path}: {name} has no value");
+                    let from = lines[i + 2..]
+                        .iter()
+                        .take(3)
+                        .find_map(|l| l.strip_prefix("key: ").or(l.strip_prefix("fieldPath: ")))
+                        .unwrap_or_else(|| panic!("{path}: {name}: valueFrom what?"));
+                    Source::From(from.to_owned())
+                };
+                m.env.insert(name.to_owned(), source);
+            } else if let Some(p) = next.strip_prefix("containerPort: ") {
+                m.container_ports
+                    .insert(name.to_owned(), p.trim().parse().unwrap());
+            }
+        } else if let Some(p) = line.strip_prefix("targetPort: ") {
+            m.target_ports.insert(p.trim().to_owned());
+        }
+    }
+    m
+}
+
+/// `deploy/kubernetes/`: each container sets only variables its binary
+/// reads, listens on all interfaces on exactly its declared ports (those
+/// of its image), the Services target declared ports, the agents find the
+/// control plane's gRPC Service, and the environment passes the binary's
+/// own `--check-config` (secrets and fields filled in as Kubernetes would).
+#[test]
+fn kubernetes_manifests_match_the_binaries_and_their_images() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = dir.path().join("k8s.sqlite");
+    let filled = |from: &str| -> String {
+        match from {
+            "agent-secret" => "a-long-agent-secret-for-the-test".into(),
+            "database-url" => database.to_str().unwrap().into(),
+            "spec.nodeName" => "node-1".into(),
+            "status.podIP" => "10.0.0.7".into(),
+            other => panic!("no test value for valueFrom {other}"),
+        }
+    };
+    let mut grpc_service = None;
+    for (bin, name, expected) in [
+        (
+            "edgeprof-control-plane",
+            "control-plane",
+            "edgeprof-control-plane: configuration OK",
+        ),
+        (
+            "edgeprof-node-agent",
+            "node-agent",
+            "configuration ok: machine node-1 in lhr",
+        ),
+    ] {
+        let Some(vars) = variables(bin) else { return };
+        let file = format!("deploy/kubernetes/{name}.yaml");
+        let m = manifest(&file);
+        let unknown: Vec<&String> = m.env.keys().filter(|k| !vars.contains_key(*k)).collect();
+        assert!(unknown.is_empty(), "{file}: {bin} reads no {unknown:?}");
+        let mut listening = BTreeSet::new();
+        for (var, source) in m.env.iter().filter(|(k, _)| k.ends_with("_LISTEN")) {
+            let Source::Value(v) = source else {
+                panic!("{file}: {var} from a secret?")
+            };
+            assert!(v.starts_with("0.0.0.0:"), "{file}: {var}={v}");
+            listening.insert(port(v));
+        }
+        let declared: BTreeSet<u16> = m.container_ports.values().copied().collect();
+        assert_eq!(listening, declared, "{file}: listeners and containerPorts");
+        let (_, exposed, _) = container(&format!("deploy/{name}/Containerfile"));
+        assert_eq!(declared, exposed, "{file} and its image's EXPOSE");
+        for t in &m.target_ports {
+            assert!(
+                m.container_ports.contains_key(t),
+                "{file}: a Service targets `{t}`, no container port has that name"
+            );
+        }
+        if name == "control-plane" {
+            grpc_service = m.container_ports.get("grpc").copied();
+        } else {
+            let Some(Source::Value(url)) = m.env.get("EDGEPROF_CONTROL_PLANE") else {
+                panic!("{file} sets no EDGEPROF_CONTROL_PLANE")
+            };
+            assert!(
+                url.starts_with("http://edgeprof-control-plane:"),
+                "{file}: the agents reach the control plane's Service: {url}"
+            );
+            assert_eq!(Some(port(url)), grpc_service, "{file}: the gRPC port");
+        }
+        let env: Vec<(String, String)> = m
+            .env
+            .iter()
+            .map(|(k, s)| match s {
+                Source::Value(v) => (k.clone(), v.clone()),
+                Source::From(f) => (k.clone(), filled(f)),
+            })
+            .collect();
+        let out = Command::new(binary(bin).unwrap())
+            .env_clear()
+            .envs(env)
+            .arg("--check-config")
+            .output()
+            .unwrap();
+        // The control plane says so on stderr, the agent on stdout.
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success() && said.contains(expected),
+            "{bin} --check-config with {file}'s environment: {said}"
+        );
+    }
+}

@@ -10,6 +10,9 @@ use anyhow::{Result, bail};
 /// count bounds it ([`max_isolates_for`]).
 pub const MAX_ISOLATES_LIMIT: usize = 16_384;
 
+/// Most control-plane URLs `--control-plane` takes.
+pub const MAX_CONTROL_PLANES: usize = 16;
+
 /// Memory maps one isolate takes, with a margin: measured 10.7 with 5,000
 /// Durable Objects of the counter worker (thread stack, signal stack and
 /// their guard pages, the linear memory's reservation and image, tables).
@@ -52,7 +55,9 @@ pub struct Args {
     /// Machine id, unique in the fleet.
     #[arg(long, env = "EDGEPROF_MACHINE_ID")]
     pub machine_id: String,
-    /// Control plane gRPC URL.
+    /// Control plane gRPC URL, or several replicas' URLs separated by
+    /// commas: calls go to one and fail over to the next when it cannot be
+    /// reached.
     #[arg(
         long,
         env = "EDGEPROF_CONTROL_PLANE",
@@ -145,8 +150,8 @@ pub struct Config {
     pub data_center: String,
     /// Machine id.
     pub machine_id: String,
-    /// Control plane gRPC URL.
-    pub control_plane: String,
+    /// Control plane replicas' gRPC URLs (at least one).
+    pub control_planes: Vec<String>,
     /// HTTP ingress listen address.
     pub http_listen: SocketAddr,
     /// gRPC listen address.
@@ -262,10 +267,20 @@ impl TryFrom<Args> for Config {
                 a.machine_id
             );
         }
-        if !(a.control_plane.starts_with("http://") || a.control_plane.starts_with("https://")) {
+        let control_planes: Vec<String> = a
+            .control_plane
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .collect();
+        for url in &control_planes {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("--control-plane `{url}`: must be an http:// or https:// URL");
+            }
+        }
+        if control_planes.len() > MAX_CONTROL_PLANES {
             bail!(
-                "--control-plane `{}`: must be an http:// or https:// URL",
-                a.control_plane
+                "--control-plane: at most {MAX_CONTROL_PLANES} URLs (got {})",
+                control_planes.len()
             );
         }
         let zone = a.zone.trim_matches('.').to_ascii_lowercase();
@@ -328,7 +343,7 @@ impl TryFrom<Args> for Config {
         Ok(Config {
             data_center: a.data_center,
             machine_id: a.machine_id,
-            control_plane: a.control_plane.trim_end_matches('/').to_owned(),
+            control_planes,
             http_listen: a.http_listen,
             grpc_listen: a.grpc_listen,
             operator_listen: a.operator_listen,

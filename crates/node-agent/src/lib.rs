@@ -123,7 +123,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     }
     let hosting = Arc::new(hosting);
     let registry = Arc::new(registry::Registry::new(
-        &config.control_plane,
+        &config.control_planes,
         config.agent_secret.clone(),
         machine.clone(),
     )?);

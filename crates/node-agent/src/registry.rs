@@ -60,7 +60,10 @@ pub struct DeployedScript {
 
 /// The control plane connection and what it told us.
 pub struct Registry {
-    client: RegistryClient<Channel>,
+    /// One client per control-plane replica, in `--control-plane` order.
+    clients: Vec<RegistryClient<Channel>>,
+    /// The replica calls go to first: the last one that answered.
+    current: std::sync::atomic::AtomicUsize,
     secret: String,
     /// This machine.
     pub machine: v1::Machine,
@@ -85,15 +88,25 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Connects lazily to `url` (the first call dials).
-    pub fn new(url: &str, secret: String, machine: v1::Machine) -> Result<Self> {
-        let channel = Channel::from_shared(url.to_owned())
-            .with_context(|| format!("--control-plane `{url}` is not a valid URL"))?
-            .connect_timeout(std::time::Duration::from_secs(3))
-            .timeout(std::time::Duration::from_secs(10))
-            .connect_lazy();
+    /// Connects lazily to the replicas at `urls` (a call dials).
+    pub fn new(urls: &[String], secret: String, machine: v1::Machine) -> Result<Self> {
+        if urls.is_empty() {
+            bail!("--control-plane: no URL");
+        }
+        let clients = urls
+            .iter()
+            .map(|url| {
+                let channel = Channel::from_shared(url.clone())
+                    .with_context(|| format!("--control-plane `{url}` is not a valid URL"))?
+                    .connect_timeout(std::time::Duration::from_secs(3))
+                    .timeout(std::time::Duration::from_secs(10))
+                    .connect_lazy();
+                Ok(RegistryClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Registry {
-            client: RegistryClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES),
+            clients,
+            current: std::sync::atomic::AtomicUsize::new(0),
             secret,
             machine,
             generation: Mutex::new(u64::MAX),
@@ -109,6 +122,38 @@ impl Registry {
         })
     }
 
+    /// Calls `f` on the current replica; when it cannot be reached
+    /// (unavailable, timed out), on each other replica in turn, and the
+    /// one that answers becomes current. Any other answer, an error
+    /// included, is the answer.
+    async fn call<T, R, F, Fut>(&self, msg: T, f: F) -> Result<tonic::Response<R>, tonic::Status>
+    where
+        T: Clone,
+        F: Fn(RegistryClient<Channel>, tonic::Request<T>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        use std::sync::atomic::Ordering;
+        let n = self.clients.len();
+        let first = self.current.load(Ordering::Relaxed) % n;
+        let mut last = None;
+        for i in 0..n {
+            let at = (first + i) % n;
+            match f(self.clients[at].clone(), self.request(msg.clone())).await {
+                Err(s) if unreachable(&s) => {
+                    if n > 1 {
+                        tracing::warn!(replica = at, error = %s.message(), "control plane unreachable; trying the next");
+                    }
+                    last = Some(s);
+                }
+                answer => {
+                    self.current.store(at, Ordering::Relaxed);
+                    return answer;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| tonic::Status::unavailable("no control plane")))
+    }
+
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Ok(v) = format!("Bearer {}", self.secret).parse() {
@@ -120,12 +165,13 @@ impl Registry {
     /// Announces this machine; returns the heartbeat interval the control plane asks for (ms).
     pub async fn register(&self) -> Result<u32> {
         let resp = self
-            .client
-            .clone()
-            .register(self.request(v1::RegisterRequest {
-                machine: Some(self.machine.clone()),
-                agent_version: env!("CARGO_PKG_VERSION").into(),
-            }))
+            .call(
+                v1::RegisterRequest {
+                    machine: Some(self.machine.clone()),
+                    agent_version: env!("CARGO_PKG_VERSION").into(),
+                },
+                |mut c, r| async move { c.register(r).await },
+            )
             .await
             .map_err(|s| anyhow!("register with the control plane: {}", s.message()))?;
         Ok(resp.into_inner().heartbeat_interval_ms)
@@ -193,17 +239,18 @@ impl Registry {
             // The leases this chunk renews count from now, before sending.
             let sent = Instant::now();
             let resp = self
-                .client
-                .clone()
-                .heartbeat(self.request(v1::HeartbeatRequest {
-                    machine: Some(self.machine.clone()),
-                    isolates,
-                    isolates_omitted: omitted as u32,
-                    evicted,
-                    heartbeat_id,
-                    chunk: i as u32,
-                    chunks: chunks.len() as u32,
-                }))
+                .call(
+                    v1::HeartbeatRequest {
+                        machine: Some(self.machine.clone()),
+                        isolates,
+                        isolates_omitted: omitted as u32,
+                        evicted,
+                        heartbeat_id,
+                        chunk: i as u32,
+                        chunks: chunks.len() as u32,
+                    },
+                    |mut c, r| async move { c.heartbeat(r).await },
+                )
                 .await;
             let resp = match resp {
                 Ok(r) => r.into_inner(),
@@ -250,11 +297,12 @@ impl Registry {
     /// Fetches what this machine should run.
     pub async fn refresh_deployment(&self) -> Result<()> {
         let resp = self
-            .client
-            .clone()
-            .get_deployment(self.request(v1::GetDeploymentRequest {
-                machine: Some(self.machine.clone()),
-            }))
+            .call(
+                v1::GetDeploymentRequest {
+                    machine: Some(self.machine.clone()),
+                },
+                |mut c, r| async move { c.get_deployment(r).await },
+            )
             .await
             .map_err(|s| anyhow!("get deployment: {}", s.message()))?
             .into_inner();
@@ -398,11 +446,12 @@ impl Registry {
         sha256: &str,
     ) -> Result<Arc<edgeprof_sampler::Module>> {
         let resp = self
-            .client
-            .clone()
-            .get_script_version(self.request(v1::GetScriptVersionRequest {
-                version_id: version_id.into(),
-            }))
+            .call(
+                v1::GetScriptVersionRequest {
+                    version_id: version_id.into(),
+                },
+                |mut c, r| async move { c.get_script_version(r).await },
+            )
             .await
             .map_err(|s| anyhow!("fetch version {version_id}: {}", s.message()))?
             .into_inner();
@@ -431,13 +480,14 @@ impl Registry {
         dropped_total: u64,
     ) -> Result<v1::PushWindowsResponse, tonic::Status> {
         let resp = self
-            .client
-            .clone()
-            .push_windows(self.request(v1::PushWindowsRequest {
-                machine: Some(self.machine.clone()),
-                windows,
-                dropped_total,
-            }))
+            .call(
+                v1::PushWindowsRequest {
+                    machine: Some(self.machine.clone()),
+                    windows,
+                    dropped_total,
+                },
+                |mut c, r| async move { c.push_windows(r).await },
+            )
             .await?;
         Ok(resp.into_inner())
     }
@@ -454,15 +504,16 @@ impl Registry {
     ) -> Result<(v1::PlaceDurableObjectResponse, Instant)> {
         let sent = Instant::now();
         let resp = self
-            .client
-            .clone()
-            .place_durable_object(self.request(v1::PlaceDurableObjectRequest {
-                machine: Some(self.machine.clone()),
-                account: account.into(),
-                script: script.into(),
-                namespace: namespace.into(),
-                object_id: object_id.into(),
-            }))
+            .call(
+                v1::PlaceDurableObjectRequest {
+                    machine: Some(self.machine.clone()),
+                    account: account.into(),
+                    script: script.into(),
+                    namespace: namespace.into(),
+                    object_id: object_id.into(),
+                },
+                |mut c, r| async move { c.place_durable_object(r).await },
+            )
             .await
             .map_err(|s| PlacementUnavailable {
                 message: format!(
@@ -497,4 +548,15 @@ pub struct PlacementUnavailable {
     pub message: String,
     /// When to ask again, if the control plane said.
     pub retry_after: Option<Duration>,
+}
+
+/// Whether `s` says the replica could not be reached (so another may
+/// answer), rather than answering: a replica's own "unavailable, retry
+/// after" (an object whose silent owner still holds its lease) is an
+/// answer every replica would give.
+fn unreachable(s: &tonic::Status) -> bool {
+    matches!(
+        s.code(),
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    ) && s.metadata().get(RETRY_AFTER_MS).is_none()
 }

@@ -1,10 +1,12 @@
 //! Tests of the `edgeprof-node-agent` binary's configuration surface, and
 //! of continuous profiling with the agent in-process against a control
-//! plane implemented in the test (`continuous`, `support`). The agent's
+//! plane implemented in the test (`continuous`, `support`), and its
+//! failover between control-plane replicas (`failover`). The agent's
 //! serving and capture paths are tested end to end, with real processes,
 //! in `e2e/tests/it/capture.rs`.
 
 mod continuous;
+mod failover;
 mod support;
 
 use std::path::Path;
@@ -53,6 +55,11 @@ fn bad_settings_name_the_flag_and_limit() {
             "EDGEPROF_SAMPLING_INTERVAL_MS",
             "0",
             "--sampling-interval-ms 0: must be 1–100",
+        ),
+        (
+            "EDGEPROF_CONTROL_PLANE",
+            "http://cp-1:9090, ftp://cp-2:9090",
+            "--control-plane `ftp://cp-2:9090`: must be an http:// or https:// URL",
         ),
         (
             "EDGEPROF_ISOLATE_MEMORY_MIB",

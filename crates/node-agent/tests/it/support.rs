@@ -50,10 +50,26 @@ pub struct State {
     pub pushes: Mutex<Vec<v1::PushWindowsRequest>>,
     /// The isolates of the latest heartbeat.
     pub isolates: Mutex<Vec<v1::IsolateStatus>>,
+    /// Answer every call with `Unavailable`, as a replica that cannot be
+    /// reached does.
+    pub down: AtomicBool,
+    /// Heartbeats answered.
+    pub heartbeats: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
 struct Service(Arc<State>);
+
+impl Service {
+    /// `Unavailable` while the test has this control plane down, then the
+    /// agent-secret check.
+    fn admit<T>(&self, r: &Request<T>) -> Result<(), Status> {
+        if self.0.down.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("this test's control plane is down"));
+        }
+        authorized(r)
+    }
+}
 
 fn authorized<T>(r: &Request<T>) -> Result<(), Status> {
     let expected = format!("Bearer {SECRET}");
@@ -78,7 +94,7 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         Ok(Response::new(v1::RegisterResponse {
             heartbeat_interval_ms: 200,
         }))
@@ -88,8 +104,9 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         *self.0.isolates.lock().unwrap() = r.into_inner().isolates;
+        self.0.heartbeats.fetch_add(1, Ordering::SeqCst);
         Ok(Response::new(v1::HeartbeatResponse {
             deployment_generation: 1,
             durable_object_lease_ms: 60_000,
@@ -101,7 +118,7 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::GetDeploymentRequest>,
     ) -> Result<Response<v1::GetDeploymentResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         Ok(Response::new(v1::GetDeploymentResponse {
             generation: 1,
             scripts: vec![v1::DeployedScript {
@@ -120,7 +137,7 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::GetScriptVersionRequest>,
     ) -> Result<Response<v1::GetScriptVersionResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         Ok(Response::new(v1::GetScriptVersionResponse {
             version_id: VERSION.into(),
             script: SCRIPT.into(),
@@ -134,7 +151,7 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::PlaceDurableObjectRequest>,
     ) -> Result<Response<v1::PlaceDurableObjectResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         Ok(Response::new(v1::PlaceDurableObjectResponse {
             owner: r.into_inner().machine,
             version_id: VERSION.into(),
@@ -147,7 +164,7 @@ impl registry_server::Registry for Service {
         &self,
         r: Request<v1::PushWindowsRequest>,
     ) -> Result<Response<v1::PushWindowsResponse>, Status> {
-        authorized(&r)?;
+        self.admit(&r)?;
         if self.0.away.load(Ordering::Acquire) {
             self.0.refused.fetch_add(1, Ordering::Relaxed);
             return Err(Status::unavailable("the control plane is restarting"));

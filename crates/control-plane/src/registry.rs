@@ -209,7 +209,7 @@ impl v1::registry_server::Registry for RegistryService {
             )));
         }
         let chunk = match req.chunks {
-            0 | 1 => None,
+            0 | 1 => Chunk::WHOLE,
             n if n > MAX_HEARTBEAT_CHUNKS => {
                 return Err(Status::invalid_argument(format!(
                     "chunks: at most {MAX_HEARTBEAT_CHUNKS} per heartbeat (got {n})"
@@ -221,12 +221,14 @@ impl v1::registry_server::Registry for RegistryService {
                     req.chunk
                 )));
             }
-            n => Some(Chunk {
+            n => Chunk {
                 heartbeat_id: req.heartbeat_id,
                 index: req.chunk,
                 count: n,
-            }),
+            },
         };
+        // Its later chunks mark their objects seen when its first did.
+        let chunked = (chunk.count > 1).then_some(chunk.heartbeat_id);
         let isolates: Vec<Isolate> = req.isolates.into_iter().map(isolate_from_proto).collect();
         let evicted: Vec<Isolate> = req.evicted.into_iter().map(isolate_from_proto).collect();
         record(&self.store, &m, self.fleet.clock().now_ms()).await?;
@@ -236,7 +238,7 @@ impl v1::registry_server::Registry for RegistryService {
             let _placements = self.fleet.placements().await;
             self.fleet.heard(&m.id);
             let seen = self
-                .touch_due(&m.id, chunk.map(|c| c.heartbeat_id))
+                .touch_due(&m.id, chunked)
                 .then(|| self.fleet.clock().now_ms());
             if let Some(seen) = seen
                 && req.isolates_omitted > 0
@@ -256,10 +258,7 @@ impl v1::registry_server::Registry for RegistryService {
                 .collect();
             tracing::info!(machine = %m.id, objects = ?names, "durable objects placed elsewhere: the agent drops them");
         }
-        match chunk {
-            Some(chunk) => self.fleet.heartbeat_chunk(m, chunk, isolates, &evicted),
-            None => self.fleet.heartbeat(m, Some(isolates), &evicted),
-        }
+        self.fleet.heartbeat_chunk(m, chunk, isolates, &evicted);
         self.metrics.heartbeats.inc();
         let generation = self.store.deployment_generation().await.map_err(internal)?;
         Ok(Response::new(v1::HeartbeatResponse {

@@ -108,8 +108,8 @@ struct Pending {
     heartbeat_id: u64,
     /// Which chunks have arrived.
     arrived: Vec<bool>,
-    /// Ids of the isolates they listed.
-    listed: std::collections::HashSet<String>,
+    /// The isolates they listed.
+    isolates: Vec<Isolate>,
 }
 
 /// Where a heartbeat message stands in its heartbeat: chunk `index` of
@@ -120,8 +120,17 @@ pub struct Chunk {
     pub heartbeat_id: u64,
     /// From 0.
     pub index: u32,
-    /// Chunks in the heartbeat (more than one).
+    /// Chunks in the heartbeat (at least one).
     pub count: u32,
+}
+
+impl Chunk {
+    /// A heartbeat in one message.
+    pub const WHOLE: Chunk = Chunk {
+        heartbeat_id: 0,
+        index: 0,
+        count: 1,
+    };
 }
 
 /// The machines that heartbeat, and what runs on them.
@@ -250,37 +259,23 @@ impl Fleet {
 
     /// Records a heartbeat (or registration, with no isolates yet) and the
     /// final readings of isolates evicted since the machine's last one
-    /// (memory readings only: they are not listed as isolates).
+    /// (memory readings only: they are not listed as isolates). A
+    /// heartbeat in one message is one chunk of one ([`Chunk::WHOLE`]).
     pub fn heartbeat(&self, machine: Machine, isolates: Option<Vec<Isolate>>, evicted: &[Isolate]) {
-        if let Some(isolates) = &isolates {
-            self.record_readings(
-                &machine.id,
-                isolates.iter().chain(evicted),
-                self.clock.now(),
-            );
+        match isolates {
+            Some(isolates) => self.heartbeat_chunk(machine, Chunk::WHOLE, isolates, evicted),
+            None => {
+                self.machine_state(machine);
+            }
         }
-        let mut map = self.lock();
-        let prev = map.remove(&machine.id);
-        let (isolates, pending) = match isolates {
-            Some(isolates) => (isolates, None),
-            None => prev.map(|p| (p.isolates, p.pending)).unwrap_or_default(),
-        };
-        map.insert(
-            machine.id.clone(),
-            MachineState {
-                machine,
-                isolates,
-                last_heartbeat: self.clock.now(),
-                pending,
-            },
-        );
     }
 
-    /// Records one chunk of a heartbeat sent in several: its isolates join
-    /// (or update) the machine's list at once, so their objects count as
-    /// hosted there; when every chunk of the heartbeat has arrived, the
-    /// isolates none of them listed leave the list. A heartbeat with a
-    /// chunk missing removes nothing (the next complete one does).
+    /// Records one chunk of a heartbeat. The chunks of a heartbeat collect
+    /// aside, and when the last of them has arrived their isolates replace
+    /// the machine's list; until then the list is the last complete
+    /// heartbeat's, so a heartbeat with a chunk missing changes nothing
+    /// and what is held per machine stays bounded by one heartbeat's
+    /// chunks. A chunk repeated (a retry) counts once.
     pub fn heartbeat_chunk(
         &self,
         machine: Machine,
@@ -294,46 +289,51 @@ impl Fleet {
             self.clock.now(),
         );
         let mut map = self.lock();
-        let state = map
-            .entry(machine.id.clone())
-            .or_insert_with(|| MachineState {
-                machine: machine.clone(),
-                isolates: Vec::new(),
-                last_heartbeat: self.clock.now(),
-                pending: None,
-            });
-        state.machine = machine;
-        state.last_heartbeat = self.clock.now();
+        let state = Self::state_in(&mut map, machine, self.clock.now());
         let count = chunk.count as usize;
         let pending = match &mut state.pending {
             Some(p) if p.heartbeat_id == chunk.heartbeat_id && p.arrived.len() == count => p,
             other => other.insert(Pending {
                 heartbeat_id: chunk.heartbeat_id,
                 arrived: vec![false; count],
-                listed: std::collections::HashSet::new(),
+                isolates: Vec::new(),
             }),
         };
-        if let Some(a) = pending.arrived.get_mut(chunk.index as usize) {
-            *a = true;
-        }
-        let at: HashMap<String, usize> = state
-            .isolates
-            .iter()
-            .enumerate()
-            .map(|(n, i)| (i.id.clone(), n))
-            .collect();
-        for i in isolates {
-            pending.listed.insert(i.id.clone());
-            match at.get(&i.id) {
-                Some(&n) => state.isolates[n] = i,
-                None => state.isolates.push(i),
-            }
+        if let Some(arrived) = pending.arrived.get_mut(chunk.index as usize)
+            && !*arrived
+        {
+            *arrived = true;
+            pending.isolates.extend(isolates);
         }
         if pending.arrived.iter().all(|a| *a) {
-            let listed = std::mem::take(&mut pending.listed);
-            state.isolates.retain(|i| listed.contains(&i.id));
+            state.isolates = std::mem::take(&mut pending.isolates);
             state.pending = None;
         }
+    }
+
+    /// Marks `machine` heard now (registering it, with no isolates, if new).
+    fn machine_state(&self, machine: Machine) {
+        Self::state_in(&mut self.lock(), machine, self.clock.now());
+    }
+
+    /// `machine`'s state in `map`, its registration and heartbeat time
+    /// brought up to `now`.
+    fn state_in(
+        map: &mut HashMap<String, MachineState>,
+        machine: Machine,
+        now: Instant,
+    ) -> &mut MachineState {
+        let state = map
+            .entry(machine.id.clone())
+            .or_insert_with(|| MachineState {
+                machine: machine.clone(),
+                isolates: Vec::new(),
+                last_heartbeat: now,
+                pending: None,
+            });
+        state.machine = machine;
+        state.last_heartbeat = now;
+        state
     }
 
     /// Whether the machine heartbeat recently.

@@ -410,28 +410,31 @@ async fn beat_chunk(
     .map(|r| r.into_inner())
 }
 
-/// The isolates `GET …/rooms/targets` lists on `m`.
+/// The isolates `GET …/rooms/targets` lists on `m` (each once).
 async fn targets_on(cp: &Cp, m: &str) -> std::collections::BTreeSet<String> {
     let (status, body, raw) = cp.get("/v1/accounts/acme/scripts/rooms/targets").await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&raw));
-    body["targets"]
+    let listed: Vec<String> = body["targets"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|t| t["machine"] == m)
         .map(|t| t["isolate"].as_str().unwrap().to_owned())
-        .collect()
+        .collect();
+    let once: std::collections::BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(once.len(), listed.len(), "an isolate listed twice");
+    once
 }
 
 /// Issue 15: a heartbeat carried at most 2,000 isolates, so a machine
 /// hosting more Durable Objects stopped renewing the rest (1,688 targets
 /// listed while its agent held 6,442 isolates). A machine with 5,000
 /// objects sends its heartbeat in chunks: every isolate is a target, each
-/// chunk's answer names the objects *it* listed that live elsewhere, and
-/// an isolate leaves the list only when a complete heartbeat no longer
-/// lists it (one with a chunk missing removes nothing).
+/// chunk's answer names the objects *it* listed that live elsewhere, a
+/// complete heartbeat replaces the list (a chunk sent twice counts once)
+/// and one with a chunk missing changes nothing.
 #[tokio::test]
-async fn a_heartbeat_in_chunks_lists_every_isolate_and_removes_only_what_a_complete_one_left_out() {
+async fn a_heartbeat_in_chunks_lists_every_isolate_and_only_a_complete_one_changes_the_list() {
     let (_dir, db) = support::sqlite();
     let cp = Cp::start(config(&db)).await;
     let version = cp.deploy("rooms", None).await;
@@ -469,19 +472,23 @@ async fn a_heartbeat_in_chunks_lists_every_isolate_and_removes_only_what_a_compl
         "every isolate is a target"
     );
 
-    // Isolate 17 is gone; the heartbeat saying so loses its middle chunk.
+    // Isolate 17 is gone; the heartbeat saying so loses its middle chunk
+    // (and its last lists a new isolate, 9999).
     let without_17 = || (0..N).filter(|n| *n != 17);
     let chunk = |c: usize| hosting_isolates("m1", &version, without_17().skip(c * 2000).take(2000));
     cp.advance(HEARTBEAT);
     beat_chunk(&mut r, "m1", (8, 0, 3), chunk(0)).await.unwrap();
-    beat_chunk(&mut r, "m1", (8, 2, 3), chunk(2)).await.unwrap();
+    let mut last = chunk(2);
+    last.extend(hosting_isolates("m1", &version, 9999..10_000));
+    beat_chunk(&mut r, "m1", (8, 2, 3), last).await.unwrap();
     assert_eq!(
         targets_on(&cp, "m1").await,
         all,
-        "an incomplete heartbeat removes nothing"
+        "an incomplete heartbeat changes nothing"
     );
+    // A complete one replaces the list; its first chunk, retried, counts once.
     cp.advance(HEARTBEAT);
-    for c in 0..3 {
+    for c in [0, 0, 1, 2] {
         beat_chunk(&mut r, "m1", (9, c as u32, 3), chunk(c))
             .await
             .unwrap();

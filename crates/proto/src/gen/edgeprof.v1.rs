@@ -58,9 +58,9 @@ pub struct IsolateStatus {
 /// as several chunks, one call each: the same `heartbeat_id`, `chunk`
 /// counting from 0 to `chunks` - 1, every isolate in exactly one chunk, the
 /// evicted ones in the first. Each chunk renews the leases of the Durable
-/// Objects it lists and adds its isolates to the machine's list; once every
-/// chunk of a heartbeat has arrived, isolates none of them listed leave it.
-/// `chunks` 0 or 1: the heartbeat is this one message.
+/// Objects it lists; once every chunk of a heartbeat has arrived, their
+/// isolates replace the machine's list (a heartbeat with a chunk missing
+/// changes nothing). `chunks` 0 or 1: the heartbeat is this one message.
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HeartbeatRequest {
     #[prost(message, optional, tag = "1")]

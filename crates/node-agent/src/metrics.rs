@@ -60,6 +60,17 @@ impl WindowDrop {
 /// One metric: name, type, help, and its values by label set.
 type Series = (&'static str, &'static str, &'static str, Vec<(String, u64)>);
 
+/// Writes each series' `HELP`, `TYPE` and values.
+fn write_series(out: &mut String, series: impl IntoIterator<Item = Series>) {
+    for (name, kind, help, values) in series {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, v) in values {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ContinuousCounters {
     dropped: [AtomicU64; 4],
@@ -212,13 +223,7 @@ impl Metrics {
                 one(g(&c.departed_lost)),
             ),
         ];
-        for (name, kind, help, values) in series {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in values {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
-        }
+        write_series(out, series);
     }
 
     /// Prometheus text exposition; `isolates` and `memory_bytes` are gauges.
@@ -305,23 +310,20 @@ impl Metrics {
         );
         let _ = writeln!(out, "# TYPE edgeprof_agent_forwarded_total counter");
         let _ = writeln!(out, "edgeprof_agent_forwarded_total {}", g(&self.forwarded));
-        let _ = writeln!(
-            out,
-            "# HELP edgeprof_agent_durable_object_placements_total Durable Object requests that asked the control plane where the object lives: not held here (new), or held here past its lease (lease_ended)."
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE edgeprof_agent_durable_object_placements_total counter"
-        );
-        let _ = writeln!(
-            out,
-            "edgeprof_agent_durable_object_placements_total{{reason=\"new\"}} {}",
-            g(&self.placements_new)
-        );
-        let _ = writeln!(
-            out,
-            "edgeprof_agent_durable_object_placements_total{{reason=\"lease_ended\"}} {}",
-            g(&self.placements_lease_ended)
+        write_series(
+            &mut out,
+            [(
+                "edgeprof_agent_durable_object_placements_total",
+                "counter",
+                "Durable Object requests that asked the control plane where the object lives: not held here (new), or held here past its lease (lease_ended).",
+                vec![
+                    ("{reason=\"new\"}".to_owned(), g(&self.placements_new)),
+                    (
+                        "{reason=\"lease_ended\"}".to_owned(),
+                        g(&self.placements_lease_ended),
+                    ),
+                ],
+            )],
         );
         let _ = writeln!(out, "# HELP edgeprof_agent_isolates Live isolates.");
         let _ = writeln!(out, "# TYPE edgeprof_agent_isolates gauge");

@@ -256,15 +256,11 @@ impl Registry {
                 Ok(r) => r.into_inner(),
                 Err(s) => {
                     hosting.restore_evicted(evicted_slots);
-                    if chunks.len() > 1 {
-                        bail!(
-                            "heartbeat (chunk {} of {}): {}",
-                            i + 1,
-                            chunks.len(),
-                            s.message()
-                        );
-                    }
-                    bail!("heartbeat: {}", s.message());
+                    let which = match chunks.len() {
+                        1 => String::new(),
+                        n => format!(" (chunk {} of {n})", i + 1),
+                    };
+                    bail!("heartbeat{which}: {}", s.message());
                 }
             };
             let elsewhere: Vec<ObjectKey> = resp

@@ -31,9 +31,9 @@ fn cpu_of(profile: &edgeprof_pprof::Profile, function: &str) -> (i64, i64, i64) 
     )
 }
 
-/// Requests the isolates of `version` served in the last 60 s, per
+/// Requests each isolate of `version` served in the last 60 s, per
 /// `targets`: only to wait for traffic (a capture counts its own).
-fn requests_last_60s(cluster: &Cluster, script: &str, version: &str) -> u64 {
+fn requests_last_60s(cluster: &Cluster, script: &str, version: &str) -> Vec<u64> {
     let out = cluster
         .cli()
         .args(["targets", script, "--version", version, "--json"])
@@ -45,7 +45,7 @@ fn requests_last_60s(cluster: &Cluster, script: &str, version: &str) -> u64 {
         .into_iter()
         .flatten()
         .filter_map(|t| t["requests_last_60s"].as_u64())
-        .sum()
+        .collect()
 }
 
 /// A capture as `edgeprof profile` shows it: the profile and the requests
@@ -160,17 +160,25 @@ fn buggy_and_fixed(test: &str, script: &str, load: &Load) -> Option<(Capture, Ca
                 },
             )],
             rate: load.requests_per_sec,
-            max_duration: Duration::from_secs(60),
+            max_duration: Duration::from_secs(150),
             max_requests: 10_000,
             concurrency: 4,
         },
     );
+    // Every machine serves both versions: wait until each of their
+    // isolates has traffic, so that a capture holds all of a version's
+    // requests, not those of the one machine that reported first.
+    let machines = 2;
     for v in [&v1, &v2] {
         let start = std::time::Instant::now();
-        while requests_last_60s(&cluster, script, v) < 10 {
+        loop {
+            let per_isolate = requests_last_60s(&cluster, script, v);
+            if per_isolate.iter().filter(|&&n| n >= 3).count() >= machines {
+                break;
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(60),
-                "{script} {v} serves no traffic after 60 s"
+                "{script} {v}: not every machine serves traffic after 60 s (requests per isolate {per_isolate:?})"
             );
             std::thread::sleep(Duration::from_millis(250));
         }

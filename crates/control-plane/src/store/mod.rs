@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 
 mod accounts;
 mod machines;
+mod replicas;
 mod rows;
 mod schema;
 mod scripts;
@@ -24,6 +25,7 @@ mod sessions;
 mod windows;
 
 pub use accounts::{TOKEN_ID_LEN, token_id};
+pub use replicas::{LogEntry, Orphan, SlotRow};
 pub use rows::*;
 pub use scripts::VersionDeletion;
 pub use sessions::RETENTION_BATCH;
@@ -33,6 +35,9 @@ pub use windows::{
 };
 
 use schema::MIGRATIONS;
+
+/// The PostgreSQL advisory lock replicas take while migrating.
+const MIGRATION_LOCK: i64 = 0x6564_6765_7072_6f66; // "edgeprof"
 
 /// Why a storage operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -184,16 +189,43 @@ impl Store {
 
     async fn migrate(&self) -> Result<()> {
         let _w = self.write.lock().await;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(sql("connect to migrate"))?;
+        // Replicas starting together on one PostgreSQL take turns (the
+        // session lock is released below, or when the connection closes).
+        let pg = self.backend == Backend::Postgres;
+        if pg {
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_lock($1)) AS l")
+                .bind(MIGRATION_LOCK)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(sql("wait for other replicas' migrations"))?;
+        }
+        let result = self.migrate_on(&mut conn).await;
+        if pg {
+            sqlx::query("SELECT 1 FROM (SELECT pg_advisory_unlock($1)) AS l")
+                .bind(MIGRATION_LOCK)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(sql("release the migration lock"))?;
+        }
+        result
+    }
+
+    async fn migrate_on(&self, conn: &mut sqlx::AnyConnection) -> Result<()> {
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS edgeprof_migrations (
                 version BIGINT PRIMARY KEY,
                 applied_at_ms BIGINT NOT NULL)",
         )
-        .execute(&self.pool)
+        .execute(&mut *conn)
         .await
         .map_err(sql("create the migrations table"))?;
         let applied: i64 = sqlx::query("SELECT COALESCE(MAX(version), 0) FROM edgeprof_migrations")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
             .map_err(sql("read the schema version"))?
             .try_get(0)
@@ -206,7 +238,9 @@ impl Store {
         }
         for (i, statements) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
             let version = i as i64 + 1;
-            let mut tx = self.pool.begin().await.map_err(sql("begin migration"))?;
+            let mut tx = sqlx::Connection::begin(&mut *conn)
+                .await
+                .map_err(sql("begin migration"))?;
             for s in *statements {
                 sqlx::query(*s)
                     .execute(&mut *tx)

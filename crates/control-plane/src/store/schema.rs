@@ -17,6 +17,40 @@ pub(super) const MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX durable_objects_by_machine ON durable_objects (machine_id)",
     ],
     PROFILE_WINDOWS,
+    REPLICAS,
+];
+
+/// Migration 6: what several control-plane replicas on one database share.
+/// `replicas`: each running replica and when it last said it was alive;
+/// `capture_sessions.replica_id`: the replica running a session, so the
+/// others can fail it when that replica stops; `capture_slots`: the
+/// captures running, per script, with the isolates (`machine/isolate`, a
+/// JSON array) each profiles (the per-script limit and the one capture per
+/// isolate rule, checked in one transaction); `fleet_log`: every
+/// registration and heartbeat a replica received (the wire message), in
+/// commit order, so every replica's fleet is built from all of them.
+const REPLICAS: &[&str] = &[
+    "CREATE TABLE replicas (
+        id TEXT PRIMARY KEY,
+        started_at_ms BIGINT NOT NULL,
+        heartbeat_ms BIGINT NOT NULL)",
+    "ALTER TABLE capture_sessions ADD COLUMN replica_id TEXT",
+    "CREATE INDEX capture_sessions_by_status ON capture_sessions (status)",
+    "CREATE TABLE capture_slots (
+        session_id TEXT PRIMARY KEY,
+        account_id TEXT NOT NULL,
+        script TEXT NOT NULL,
+        replica_id TEXT NOT NULL,
+        end_ms BIGINT NOT NULL,
+        isolates TEXT NOT NULL)",
+    "CREATE INDEX capture_slots_by_script ON capture_slots (account_id, script)",
+    "CREATE TABLE fleet_log (
+        seq BIGINT PRIMARY KEY,
+        replica_id TEXT NOT NULL,
+        received_ms BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        payload BYTEA NOT NULL)",
+    "CREATE INDEX fleet_log_by_age ON fleet_log (received_ms)",
 ];
 
 /// Migration 5: continuous-profiling windows. `value` is the sum of the

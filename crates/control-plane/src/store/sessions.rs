@@ -13,12 +13,18 @@ pub const RETENTION_BATCH: usize = 500;
 impl Store {
     /// Stores a new session and its first event.
     pub async fn create_session(&self, s: &SessionRow) -> Result<()> {
+        self.create_session_on(s, None).await
+    }
+
+    /// Stores a new session run by control-plane replica `replica_id`, and
+    /// its first event.
+    pub async fn create_session_on(&self, s: &SessionRow, replica_id: Option<&str>) -> Result<()> {
         let mut tx = self.pool.begin().await.map_err(sql("begin a session"))?;
         sqlx::query(
             "INSERT INTO capture_sessions (id, account_id, script, version_id, version_selector, kind,
                 duration_ms, data_center, durable_object, status, error, targets_json, failures_json,
-                machines_total, machines_answered, created_at_ms, updated_at_ms, requests)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                machines_total, machines_answered, created_at_ms, updated_at_ms, requests, replica_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
         )
         .bind(&s.id)
         .bind(&s.account)
@@ -38,6 +44,7 @@ impl Store {
         .bind(s.created_at_ms)
         .bind(s.updated_at_ms)
         .bind(s.requests)
+        .bind(replica_id.map(str::to_owned))
         .execute(&mut *tx)
         .await
         .map_err(sql(format!("create session {}", s.id)))?;
@@ -68,14 +75,17 @@ impl Store {
         Ok(())
     }
 
-    /// Moves a session to `status`, recording the change.
+    /// Moves a session to `status`, recording the change; a session that
+    /// has ended (`done`, `partial`, `failed`) keeps its state, so a replica
+    /// declared stopped that comes back cannot overwrite the `failed` the
+    /// others recorded. Whether the session changed.
     pub async fn set_session_status(
         &self,
         id: &str,
         status: SessionStatus,
         error: Option<&str>,
         detail: Option<&str>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let now = now_ms();
         // The state and its event are written together, so a crash never
         // leaves one without the other.
@@ -84,8 +94,9 @@ impl Store {
             .begin()
             .await
             .map_err(sql("begin a state change"))?;
-        sqlx::query(
-            "UPDATE capture_sessions SET status = $2, error = COALESCE($3, error), updated_at_ms = $4 WHERE id = $1",
+        let changed = sqlx::query(
+            "UPDATE capture_sessions SET status = $2, error = COALESCE($3, error), updated_at_ms = $4
+             WHERE id = $1 AND status IN ('pending', 'capturing', 'merging')",
         )
         .bind(id)
         .bind(status.as_str())
@@ -93,11 +104,20 @@ impl Store {
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(sql(format!("update session {id}")))?;
+        .map_err(sql(format!("update session {id}")))?
+        .rows_affected()
+            > 0;
+        if !changed {
+            tx.rollback()
+                .await
+                .map_err(sql(format!("end a state change of session {id}")))?;
+            return Ok(false);
+        }
         Self::add_event(&mut tx, id, status, now, detail.or(error)).await?;
         tx.commit()
             .await
-            .map_err(sql(format!("commit a state change of session {id}")))
+            .map_err(sql(format!("commit a state change of session {id}")))?;
+        Ok(true)
     }
 
     /// Records how many machines answered and what failed so far.
@@ -176,8 +196,10 @@ impl Store {
     }
 
     /// Marks sessions left unfinished by a previous process as failed;
-    /// returns their ids.
-    pub async fn fail_interrupted_sessions(&self) -> Result<Vec<String>> {
+    /// returns their ids. With `only_unowned`, only those no replica owns
+    /// (started by a build before replicas): on a database several
+    /// replicas share, the others' sessions are theirs until they stop.
+    pub async fn fail_interrupted_sessions(&self, only_unowned: bool) -> Result<Vec<String>> {
         #[derive(sqlx::FromRow)]
         struct Unfinished {
             id: String,
@@ -185,7 +207,12 @@ impl Store {
             status: SessionStatus,
         }
         let rows: Vec<Unfinished> = sqlx::query_as(
-            "SELECT id, status FROM capture_sessions WHERE status IN ('pending', 'capturing', 'merging')",
+            if only_unowned {
+                "SELECT id, status FROM capture_sessions
+                 WHERE status IN ('pending', 'capturing', 'merging') AND replica_id IS NULL"
+            } else {
+                "SELECT id, status FROM capture_sessions WHERE status IN ('pending', 'capturing', 'merging')"
+            },
         )
         .fetch_all(&self.pool)
         .await
@@ -196,9 +223,12 @@ impl Store {
                 "interrupted: the control plane restarted while the session was {}",
                 r.status
             );
-            self.set_session_status(&r.id, SessionStatus::Failed, Some(&reason), None)
-                .await?;
-            ids.push(r.id);
+            if self
+                .set_session_status(&r.id, SessionStatus::Failed, Some(&reason), None)
+                .await?
+            {
+                ids.push(r.id);
+            }
         }
         Ok(ids)
     }

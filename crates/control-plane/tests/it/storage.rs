@@ -315,7 +315,7 @@ async fn check_store(db: &str) {
     // sessions are failed with the reason.
     let store = Store::open(db).await.expect("reopen");
     assert_eq!(
-        store.fail_interrupted_sessions().await.unwrap(),
+        store.fail_interrupted_sessions(false).await.unwrap(),
         vec!["s-stuck".to_owned()]
     );
     let done = store.session("acme", "s-done").await.unwrap().unwrap();

@@ -1,4 +1,5 @@
-//! Capture sessions: the per-script concurrency limit ([`slots`]), the
+//! Capture sessions: the per-script concurrency limit ([`slots`], kept in
+//! the database so every replica admits against the same captures), the
 //! fan-out of `NodeAgent.Capture` to every target machine at once
 //! ([`agent`]), the labelled merge ([`merge`], pure), and the session's
 //! state changes (`pending → capturing → merging → done | partial |
@@ -12,6 +13,7 @@ pub mod merge;
 pub mod slots;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +26,7 @@ use tokio::sync::watch;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::names::{AccountId, DurableObjectId, ScriptName};
-use crate::store::{SessionRow, Store, StoreError};
+use crate::store::{SessionRow, SlotRow, Store, StoreError};
 
 pub use merge::{Limits, Outcome, merge_responses};
 pub use slots::{Busy, BusyReason};
@@ -63,6 +65,9 @@ pub struct CaptureSettings {
     pub max_per_script: usize,
     /// What one capture accepts from agents.
     pub limits: Limits,
+    /// The control-plane replica running the captures (recorded with each
+    /// session and slot, so others can fail them if it stops).
+    pub replica_id: String,
 }
 
 /// Room in one agent's answer for error strings beyond its profiles (the
@@ -88,7 +93,7 @@ pub struct Captures {
     metrics: Arc<Metrics>,
     settings: Arc<CaptureSettings>,
     clock: Clock,
-    slots: slots::Slots,
+    running: Arc<AtomicUsize>,
     finished: Arc<Mutex<HashMap<String, watch::Receiver<bool>>>>,
 }
 
@@ -118,42 +123,46 @@ impl Captures {
             metrics,
             settings: Arc::new(settings),
             clock,
-            slots: slots::Slots::default(),
+            running: Arc::default(),
             finished: Arc::default(),
         }
     }
 
     /// Captures in progress in this process.
     pub fn running(&self) -> usize {
-        self.slots.running()
+        self.running.load(Ordering::Relaxed)
     }
 
     /// Stores a `pending` session and starts capturing in the background;
     /// returns the stored session.
     pub async fn start(&self, spec: CaptureSpec) -> Result<SessionRow, StartError> {
         let id = uuid::Uuid::now_v7().to_string();
-        let isolates = spec
-            .targets
-            .iter()
-            .map(|t| format!("{}/{}", t.machine, t.isolate))
-            .collect();
-        let guard = self
-            .slots
-            .acquire(
-                (spec.account.to_string(), spec.script.to_string()),
-                &id,
-                isolates,
-                self.clock.now(),
-                spec.duration + self.settings.slack,
-                self.settings.max_per_script,
-            )
+        let now = self.clock.now_ms();
+        let until = spec.duration + self.settings.slack;
+        let slot = SlotRow {
+            session_id: id.clone(),
+            end_ms: now.saturating_add(i64::try_from(until.as_millis()).unwrap_or(i64::MAX)),
+            isolates: spec
+                .targets
+                .iter()
+                .map(|t| format!("{}/{}", t.machine, t.isolate))
+                .collect(),
+        };
+        let (account, script) = (spec.account.to_string(), spec.script.to_string());
+        let max = self.settings.max_per_script;
+        let replica = self.settings.replica_id.as_str();
+        self.store
+            .take_capture_slot((&account, &script), replica, &slot, now, |running| {
+                slots::admit(running, &slot.isolates, now, max)
+            })
+            .await?
             .map_err(|busy| {
                 self.metrics.captures_rate_limited.inc();
                 StartError::Busy(busy)
             })?;
+        let guard = Running::new(self.running.clone());
         let machines: std::collections::BTreeSet<&str> =
             spec.targets.iter().map(|t| t.machine.as_str()).collect();
-        let now = self.clock.now_ms();
         let row = SessionRow {
             id: id.clone(),
             account: spec.account.to_string(),
@@ -174,7 +183,10 @@ impl Captures {
             updated_at_ms: now,
             requests: None,
         };
-        self.store.create_session(&row).await?;
+        if let Err(e) = self.store.create_session_on(&row, Some(replica)).await {
+            self.free_slot(&id).await;
+            return Err(e.into());
+        }
         self.metrics.captures_started.inc();
         let (tx, rx) = watch::channel(false);
         self.lock_finished().insert(id.clone(), rx);
@@ -192,11 +204,19 @@ impl Captures {
                 }
                 this.metrics.capture_finished(SessionStatus::Failed);
             }
+            this.free_slot(&id).await;
             drop(guard);
             let _ = tx.send(true);
             this.lock_finished().remove(&id);
         });
         Ok(row)
+    }
+
+    async fn free_slot(&self, id: &str) {
+        // If this fails the slot still ends at its `end_ms`.
+        if let Err(e) = self.store.free_capture_slot(id).await {
+            tracing::error!(session = %id, "capture: cannot free its slot: {e:#}");
+        }
     }
 
     fn lock_finished(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Receiver<bool>>> {
@@ -288,9 +308,13 @@ impl Captures {
     }
 
     async fn run(&self, id: &str, spec: CaptureSpec) -> Result<(), StoreError> {
-        self.store
+        if !self
+            .store
             .set_session_status(id, SessionStatus::Capturing, None, None)
-            .await?;
+            .await?
+        {
+            return Ok(()); // ended meanwhile (failed by another replica)
+        }
         let answers = self.collect(id, &spec).await?;
         let answered = answers.len() as i64;
         self.store
@@ -324,5 +348,21 @@ impl Captures {
             .await?;
         self.metrics.capture_finished(outcome.status);
         Ok(())
+    }
+}
+
+/// Counts a capture of this process while alive.
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn new(count: Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Running(count)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -1,8 +1,8 @@
-//! The per-script concurrency limit, and one capture per isolate at a time.
+//! The per-script concurrency limit, and one capture per isolate at a time:
+//! the rule ([`admit`], pure) and its slots, kept in the database so every
+//! control-plane replica on it admits against the same captures.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use crate::store::SlotRow;
 
 /// A capture refused because others of the same script are running.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,100 +26,79 @@ pub enum BusyReason {
     Overlap(Vec<String>),
 }
 
-/// A capture in progress: its session, when it should end at the latest,
-/// and the isolates (`machine/isolate`) it profiles.
-#[derive(Debug)]
-struct Running {
-    id: String,
-    end: Instant,
-    isolates: Vec<String>,
+/// Whether a capture of `isolates` may start at `now_ms` beside the
+/// script's `running` captures (none expired): not when `max` are running,
+/// nor when one of them profiles one of its isolates.
+pub fn admit(
+    running: &[SlotRow],
+    isolates: &[String],
+    now_ms: i64,
+    max: usize,
+) -> Result<(), Busy> {
+    let wait = |r: &SlotRow| r.end_ms.saturating_sub(now_ms).max(0);
+    let busy = |reason, soonest_ms: i64| Busy {
+        running: running.len(),
+        reason,
+        retry_after_secs: ((soonest_ms as f64) / 1000.0).ceil().max(1.0) as u64,
+    };
+    if running.len() >= max {
+        let soonest = running.iter().map(wait).min().unwrap_or_default();
+        return Err(busy(BusyReason::Limit, soonest));
+    }
+    let in_the_way: Vec<&SlotRow> = running
+        .iter()
+        .filter(|r| r.isolates.iter().any(|i| isolates.contains(i)))
+        .collect();
+    if in_the_way.is_empty() {
+        return Ok(());
+    }
+    let mut shared: Vec<String> = isolates
+        .iter()
+        .filter(|i| in_the_way.iter().any(|r| r.isolates.contains(i)))
+        .cloned()
+        .collect();
+    shared.sort();
+    // All of them must end before every shared isolate is free.
+    let latest = in_the_way.iter().map(|r| wait(r)).max().unwrap_or_default();
+    Err(busy(BusyReason::Overlap(shared), latest))
 }
 
-type ByScript = HashMap<(String, String), Vec<Running>>;
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// `(account, script)` → captures running.
-#[derive(Debug, Clone, Default)]
-pub struct Slots(Arc<Mutex<ByScript>>);
-
-/// Frees its slot when dropped.
-#[derive(Debug)]
-pub struct SlotGuard {
-    slots: Slots,
-    key: (String, String),
-    id: String,
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        let mut map = self.slots.lock();
-        if let Some(v) = map.get_mut(&self.key) {
-            v.retain(|r| r.id != self.id);
-            if v.is_empty() {
-                map.remove(&self.key);
-            }
+    fn slot(id: &str, end_ms: i64, isolates: &[&str]) -> SlotRow {
+        SlotRow {
+            session_id: id.into(),
+            end_ms,
+            isolates: isolates.iter().map(|s| (*s).to_owned()).collect(),
         }
     }
-}
 
-impl Slots {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ByScript> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Captures running.
-    pub fn running(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
-    }
-
-    /// Takes a slot for session `id` of `key` profiling `isolates` until
-    /// `end` at the latest, unless `max` are running or one of them
-    /// profiles an isolate of this one.
-    pub fn acquire(
-        &self,
-        key: (String, String),
-        id: &str,
-        isolates: Vec<String>,
-        now: Instant,
-        until: Duration,
-        max: usize,
-    ) -> Result<SlotGuard, Busy> {
-        let mut map = self.lock();
-        let running = map.entry(key.clone()).or_default();
-        let wait = |r: &Running| r.end.saturating_duration_since(now);
-        let busy = |reason, soonest: Duration| Busy {
-            running: running.len(),
-            reason,
-            retry_after_secs: soonest.as_secs_f64().ceil().max(1.0) as u64,
-        };
-        if running.len() >= max {
-            let soonest = running.iter().map(wait).min().unwrap_or_default();
-            return Err(busy(BusyReason::Limit, soonest));
-        }
-        let in_the_way: Vec<&Running> = running
-            .iter()
-            .filter(|r| r.isolates.iter().any(|i| isolates.contains(i)))
-            .collect();
-        if !in_the_way.is_empty() {
-            let mut shared: Vec<String> = isolates
-                .iter()
-                .filter(|i| in_the_way.iter().any(|r| r.isolates.contains(i)))
-                .cloned()
-                .collect();
-            shared.sort();
-            // All of them must end before every shared isolate is free.
-            let latest = in_the_way.iter().map(|r| wait(r)).max().unwrap_or_default();
-            return Err(busy(BusyReason::Overlap(shared), latest));
-        }
-        running.push(Running {
-            id: id.to_owned(),
-            end: now + until,
-            isolates,
-        });
-        drop(map);
-        Ok(SlotGuard {
-            slots: self.clone(),
-            key,
-            id: id.to_owned(),
-        })
+    #[test]
+    fn the_limit_and_the_overlap_refuse_with_the_wait() {
+        let mine = vec!["m1/a".to_owned(), "m2/b".to_owned()];
+        assert_eq!(admit(&[], &mine, 0, 1), Ok(()));
+        let one = [slot("s1", 2_500, &["m3/c"])];
+        assert_eq!(admit(&one, &mine, 0, 2), Ok(()));
+        let full = admit(&one, &mine, 0, 1).unwrap_err();
+        assert_eq!(
+            (full.reason, full.retry_after_secs, full.running),
+            (BusyReason::Limit, 3, 1)
+        );
+        let two = [
+            slot("s1", 1_000, &["m2/b"]),
+            slot("s2", 9_000, &["m1/a", "m9/z"]),
+        ];
+        let overlap = admit(&two, &mine, 0, 5).unwrap_err();
+        assert_eq!(
+            overlap.reason,
+            BusyReason::Overlap(vec!["m1/a".into(), "m2/b".into()])
+        );
+        // Both must end: the later one's wait.
+        assert_eq!(overlap.retry_after_secs, 9);
+        // A slot about to end still asks for a second.
+        let ending = [slot("s1", 10, &["m1/a"])];
+        assert_eq!(admit(&ending, &mine, 0, 5).unwrap_err().retry_after_secs, 1);
     }
 }

@@ -23,6 +23,7 @@
 
 pub mod lease;
 pub mod memory;
+pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -184,10 +185,15 @@ impl Fleet {
 
     /// Records a call from `machine_id`: its lease runs from now.
     pub fn heard(&self, machine_id: &str) {
-        self.heard
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(machine_id.to_owned(), self.clock.now());
+        self.heard_at(machine_id, self.clock.now());
+    }
+
+    /// Records a call from `machine_id` received at `at` (by this or
+    /// another replica); a later call already recorded stands.
+    pub fn heard_at(&self, machine_id: &str, at: Instant) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        let last = heard.entry(machine_id.to_owned()).or_insert(at);
+        *last = (*last).max(at);
     }
 
     fn last_heard(&self, machine_id: &str) -> Option<Instant> {
@@ -264,10 +270,14 @@ impl Fleet {
     pub fn heartbeat(&self, machine: Machine, isolates: Option<Vec<Isolate>>, evicted: &[Isolate]) {
         match isolates {
             Some(isolates) => self.heartbeat_chunk(machine, Chunk::WHOLE, isolates, evicted),
-            None => {
-                self.machine_state(machine);
-            }
+            None => self.registered_at(machine, self.clock.now()),
         }
+    }
+
+    /// Records a registration received at `at` (by this or another
+    /// replica): the machine is live, its isolates as they were.
+    pub fn registered_at(&self, machine: Machine, at: Instant) {
+        Self::state_in(&mut self.lock(), machine, at);
     }
 
     /// Records one chunk of a heartbeat. The chunks of a heartbeat collect
@@ -283,13 +293,23 @@ impl Fleet {
         isolates: Vec<Isolate>,
         evicted: &[Isolate],
     ) {
-        self.record_readings(
-            &machine.id,
-            isolates.iter().chain(evicted),
-            self.clock.now(),
-        );
+        self.heartbeat_chunk_at(machine, chunk, isolates, evicted, self.clock.now());
+    }
+
+    /// [`Fleet::heartbeat_chunk`] for a chunk received at `at`, by this or
+    /// another replica (the replicas' fleet log,
+    /// `crate::replica`).
+    pub fn heartbeat_chunk_at(
+        &self,
+        machine: Machine,
+        chunk: Chunk,
+        isolates: Vec<Isolate>,
+        evicted: &[Isolate],
+        at: Instant,
+    ) {
+        self.record_readings(&machine.id, isolates.iter().chain(evicted), at);
         let mut map = self.lock();
-        let state = Self::state_in(&mut map, machine, self.clock.now());
+        let state = Self::state_in(&mut map, machine, at);
         let count = chunk.count as usize;
         let pending = match &mut state.pending {
             Some(p) if p.heartbeat_id == chunk.heartbeat_id && p.arrived.len() == count => p,
@@ -311,13 +331,8 @@ impl Fleet {
         }
     }
 
-    /// Marks `machine` heard now (registering it, with no isolates, if new).
-    fn machine_state(&self, machine: Machine) {
-        Self::state_in(&mut self.lock(), machine, self.clock.now());
-    }
-
     /// `machine`'s state in `map`, its registration and heartbeat time
-    /// brought up to `now`.
+    /// brought up to `now` (unless a later call was recorded already).
     fn state_in(
         map: &mut HashMap<String, MachineState>,
         machine: Machine,
@@ -332,7 +347,7 @@ impl Fleet {
                 pending: None,
             });
         state.machine = machine;
-        state.last_heartbeat = now;
+        state.last_heartbeat = state.last_heartbeat.max(now);
         state
     }
 

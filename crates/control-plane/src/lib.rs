@@ -4,7 +4,7 @@
 //! REST API people and the CLI use.
 //!
 //! Modules, in import order (each imports only those before it):
-//! `store ← fleet ← capture ← {api, registry}`, with the leaf modules
+//! `store ← fleet ← {capture, history, replica} ← {api, registry}`, with the leaf modules
 //! [`clock`], [`auth`], [`names`], [`text`] and [`metrics`] usable by all.
 //!
 //! - [`store`]: the database (embedded SQLite or PostgreSQL, same SQL).
@@ -12,6 +12,8 @@
 //!   memory windows.
 //! - [`capture`]: sessions, the per-script limit, fan-out and the pure
 //!   merge ([`capture::merge_responses`]).
+//! - [`replica`]: several replicas on one PostgreSQL agreeing (the fleet
+//!   log, replica liveness).
 //! - [`api`]: the axum router ([`api::app`]) over `edgeprof_proto::rest`.
 //! - [`registry`]: the gRPC `Registry` service agents call, and its auth.
 //! - [`server`]: the HTTP listener's edges (connection cap, timeouts, TLS).
@@ -34,6 +36,7 @@ pub mod history;
 pub mod metrics;
 pub mod names;
 pub mod registry;
+pub mod replica;
 pub mod server;
 pub mod store;
 pub mod text;
@@ -255,6 +258,9 @@ pub struct ControlPlane {
     http_task: tokio::task::JoinHandle<()>,
     grpc_task: tokio::task::JoinHandle<()>,
     housekeeping_task: tokio::task::JoinHandle<()>,
+    replica_task: tokio::task::JoinHandle<()>,
+    /// This replica.
+    pub replica: Arc<replica::Replica>,
     pyroscope_task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -269,13 +275,6 @@ impl ControlPlane {
                 .await
                 .context("opening the database")?,
         );
-        let interrupted = store
-            .fail_interrupted_sessions()
-            .await
-            .context("failing interrupted sessions")?;
-        for id in &interrupted {
-            tracing::warn!(session = %id, "session interrupted by a restart marked failed");
-        }
         let dev_token = match &config.dev {
             Some(dev) => {
                 let token = match &dev.token {
@@ -296,6 +295,9 @@ impl ControlPlane {
             config.durable_object_lease(),
             config.clock.clone(),
         ));
+        let (replica, interrupted) = replica::Replica::start(store.clone(), fleet.clone())
+            .await
+            .context("starting this replica")?;
         let captures = capture::Captures::new(
             store.clone(),
             metrics.clone(),
@@ -304,6 +306,7 @@ impl ControlPlane {
                 slack: config.capture_slack,
                 max_per_script: config.max_captures_per_script,
                 limits: config.capture_limits,
+                replica_id: replica.id().to_owned(),
             },
             config.clock.clone(),
         );
@@ -311,6 +314,7 @@ impl ControlPlane {
         let state = api::AppState {
             store: store.clone(),
             fleet: fleet.clone(),
+            replica: replica.clone(),
             captures,
             metrics: metrics.clone(),
             max_wasm_bytes: config.max_wasm_bytes,
@@ -344,7 +348,8 @@ impl ControlPlane {
         let registry = tonic::service::interceptor::InterceptedService::new(
             edgeprof_proto::v1::registry_server::RegistryServer::new(
                 registry::RegistryService::new(store.clone(), fleet.clone(), metrics)
-                    .with_pyroscope(pyroscope),
+                    .with_pyroscope(pyroscope)
+                    .with_replica(replica.clone()),
             )
             .max_decoding_message_size(16 << 20),
             registry::AgentAuth::new(&config.agent_secret),
@@ -383,6 +388,7 @@ impl ControlPlane {
                 }
             })
         };
+        let replica_task = tokio::spawn(replica.clone().run());
         Ok(ControlPlane {
             http_addr,
             grpc_addr,
@@ -398,6 +404,8 @@ impl ControlPlane {
             http_task,
             grpc_task,
             housekeeping_task,
+            replica_task,
+            replica,
             pyroscope_task,
         })
     }
@@ -443,6 +451,7 @@ impl ControlPlane {
         self.http_task.abort();
         self.grpc_task.abort();
         self.housekeeping_task.abort();
+        self.replica_task.abort();
         if let Some(t) = &self.pyroscope_task {
             t.abort();
         }

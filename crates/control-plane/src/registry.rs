@@ -14,6 +14,7 @@ use crate::fleet::{Chunk, Fleet, Isolate, Machine};
 use crate::history::pyroscope::Forwarder;
 use crate::metrics::Metrics;
 use crate::names::DurableObjectId;
+use crate::replica::Replica;
 use crate::store::{DurableObjectKey, MachineRecord, Store};
 
 /// Checks `authorization: Bearer <secret>` on agent calls.
@@ -87,6 +88,8 @@ pub struct RegistryService {
     /// which heartbeat (its later chunks mark theirs too).
     touched: Arc<Mutex<HashMap<String, Touched>>>,
     pyroscope: Option<Arc<Forwarder>>,
+    /// Logs every call for the other replicas (none: this process only).
+    replica: Option<Arc<Replica>>,
 }
 
 impl RegistryService {
@@ -98,6 +101,16 @@ impl RegistryService {
             metrics,
             touched: Arc::default(),
             pyroscope: None,
+            replica: None,
+        }
+    }
+
+    /// Logs every registration and heartbeat for the replicas sharing the
+    /// database through `replica` ([`crate::replica`]).
+    pub fn with_replica(self, replica: Arc<Replica>) -> Self {
+        RegistryService {
+            replica: Some(replica),
+            ..self
         }
     }
 
@@ -148,12 +161,7 @@ fn machine_from_proto(m: Option<v1::Machine>) -> Result<Machine, Status> {
             m.http_address.len()
         )));
     }
-    Ok(Machine {
-        id: m.id,
-        data_center: m.data_center,
-        grpc_address: m.grpc_address,
-        http_address: m.http_address,
-    })
+    Ok(Machine::from(m))
 }
 
 fn internal(e: impl std::fmt::Display) -> Status {
@@ -180,7 +188,11 @@ impl v1::registry_server::Registry for RegistryService {
         &self,
         request: Request<v1::RegisterRequest>,
     ) -> Result<Response<v1::RegisterResponse>, Status> {
-        let m = machine_from_proto(request.into_inner().machine)?;
+        let req = request.into_inner();
+        let m = machine_from_proto(req.machine.clone())?;
+        if let Some(replica) = &self.replica {
+            replica.log_register(&req).await.map_err(internal)?;
+        }
         record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         tracing::info!(machine = %m.id, data_center = %m.data_center, "agent registered");
         self.fleet.heard(&m.id);
@@ -195,7 +207,7 @@ impl v1::registry_server::Registry for RegistryService {
         request: Request<v1::HeartbeatRequest>,
     ) -> Result<Response<v1::HeartbeatResponse>, Status> {
         let req = request.into_inner();
-        let m = machine_from_proto(req.machine)?;
+        let m = machine_from_proto(req.machine.clone())?;
         if req.isolates.len() > MAX_ISOLATES_PER_HEARTBEAT {
             return Err(Status::invalid_argument(format!(
                 "isolates: at most {MAX_ISOLATES_PER_HEARTBEAT} per heartbeat (got {})",
@@ -208,8 +220,8 @@ impl v1::registry_server::Registry for RegistryService {
                 req.evicted.len()
             )));
         }
-        let chunk = match req.chunks {
-            0 | 1 => Chunk::WHOLE,
+        match req.chunks {
+            0 | 1 => {}
             n if n > MAX_HEARTBEAT_CHUNKS => {
                 return Err(Status::invalid_argument(format!(
                     "chunks: at most {MAX_HEARTBEAT_CHUNKS} per heartbeat (got {n})"
@@ -221,16 +233,16 @@ impl v1::registry_server::Registry for RegistryService {
                     req.chunk
                 )));
             }
-            n => Chunk {
-                heartbeat_id: req.heartbeat_id,
-                index: req.chunk,
-                count: n,
-            },
-        };
+            _ => {}
+        }
+        let chunk = Chunk::of(&req);
+        if let Some(replica) = &self.replica {
+            replica.log_heartbeat(&req).await.map_err(internal)?;
+        }
         // Its later chunks mark their objects seen when its first did.
         let chunked = (chunk.count > 1).then_some(chunk.heartbeat_id);
-        let isolates: Vec<Isolate> = req.isolates.into_iter().map(isolate_from_proto).collect();
-        let evicted: Vec<Isolate> = req.evicted.into_iter().map(isolate_from_proto).collect();
+        let isolates: Vec<Isolate> = req.isolates.into_iter().map(Isolate::from).collect();
+        let evicted: Vec<Isolate> = req.evicted.into_iter().map(Isolate::from).collect();
         record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         let elsewhere = {
             // Renew the lease and read which listed objects moved as one
@@ -515,19 +527,4 @@ impl RegistryService {
 
 fn lease_ms(lease: Duration) -> u32 {
     u32::try_from(lease.as_millis()).unwrap_or(u32::MAX)
-}
-
-fn isolate_from_proto(i: v1::IsolateStatus) -> Isolate {
-    Isolate {
-        id: i.isolate_id,
-        account: i.account,
-        script: i.script,
-        version_id: i.version_id,
-        requests_last_60s: i.requests_last_60s,
-        last_request_unix_ms: i.last_request_unix_ms,
-        durable_objects: i.durable_objects,
-        memory_bytes: i.memory_bytes,
-        evictions: i.evictions,
-        memory_evictions: i.memory_evictions,
-    }
 }

@@ -134,6 +134,7 @@ async fn prepare_capture(
     let script = require_script(state, auth, script).await?;
     let version = resolve_version(state, &auth.account, &script, selector).await?;
     let durable_object = body.durable_object.as_ref().map(ToString::to_string);
+    state.fleet_now().await?;
     let targets = state.fleet.targets(&TargetQuery {
         account: &auth.account,
         script: &script,

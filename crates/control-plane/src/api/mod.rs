@@ -54,6 +54,9 @@ pub struct AppState {
     pub store: Arc<Store>,
     /// Live machines.
     pub fleet: Arc<Fleet>,
+    /// This replica: [`AppState::fleet_now`] brings the fleet up to what
+    /// every replica has heard.
+    pub replica: Arc<crate::replica::Replica>,
     /// Capture runner.
     pub captures: Captures,
     /// Counters.
@@ -62,6 +65,14 @@ pub struct AppState {
     pub max_wasm_bytes: usize,
     /// What `now` and relative times of history queries read.
     pub clock: crate::clock::Clock,
+}
+
+impl AppState {
+    /// Applies what other replicas heard up to now, so every replica
+    /// answers about the fleet alike.
+    pub async fn fleet_now(&self) -> Result<(), crate::store::StoreError> {
+        self.replica.catch_up().await.map(|_| ())
+    }
 }
 
 const SCRIPTS: &str = "/v1/accounts/{account}/scripts";

@@ -295,6 +295,7 @@ pub async fn targets(
         Some(sel) => Some(resolve_version(&state, &auth.account, &script, sel).await?),
         None => None,
     };
+    state.fleet_now().await?;
     let targets = state.fleet.targets(&TargetQuery {
         account: &auth.account,
         script: &script,
@@ -331,6 +332,7 @@ pub async fn memory(
 ) -> ApiResult<axum::Json<rest::MemoryReport>> {
     let script = require_script(&state, &auth, &script).await?;
     let window = window(q.window_s)?;
+    state.fleet_now().await?;
     let account = &auth.account;
     let versions = match &q.version {
         // The asked version, even with nothing reported yet.

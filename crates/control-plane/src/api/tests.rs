@@ -153,9 +153,11 @@ async fn state() -> (tempfile::TempDir, AppState) {
     let db = dir.path().join("db.sqlite");
     let store = Arc::new(Store::open(db.to_str().unwrap()).await.unwrap());
     let metrics = Arc::new(Metrics::default());
+    let fleet = Arc::new(Fleet::new(Duration::from_secs(5)));
+    let replica = Arc::new(crate::replica::Replica::new(store.clone(), fleet.clone()));
     let state = AppState {
         store: store.clone(),
-        fleet: Arc::new(Fleet::new(Duration::from_secs(5))),
+        fleet,
         captures: Captures::new(
             store,
             metrics.clone(),
@@ -164,9 +166,11 @@ async fn state() -> (tempfile::TempDir, AppState) {
                 slack: Duration::from_secs(1),
                 max_per_script: 2,
                 limits: Limits::default(),
+                replica_id: replica.id().to_owned(),
             },
             Clock::system(),
         ),
+        replica,
         metrics,
         max_wasm_bytes: 1 << 20,
         clock: Clock::system(),

@@ -14,6 +14,7 @@ mod memory;
 mod placement;
 mod process;
 mod pyroscope;
+mod replicas;
 mod storage;
 mod support;
 mod tls;

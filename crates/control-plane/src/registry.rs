@@ -190,10 +190,12 @@ impl v1::registry_server::Registry for RegistryService {
     ) -> Result<Response<v1::RegisterResponse>, Status> {
         let req = request.into_inner();
         let m = machine_from_proto(req.machine.clone())?;
+        // Logged once recorded here, so other replicas never apply a call
+        // this one refused.
+        record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         if let Some(replica) = &self.replica {
             replica.log_register(&req).await.map_err(internal)?;
         }
-        record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         tracing::info!(machine = %m.id, data_center = %m.data_center, "agent registered");
         self.fleet.heard(&m.id);
         self.fleet.heartbeat(m, None, &[]);
@@ -236,6 +238,7 @@ impl v1::registry_server::Registry for RegistryService {
             _ => {}
         }
         let chunk = Chunk::of(&req);
+        record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         if let Some(replica) = &self.replica {
             replica.log_heartbeat(&req).await.map_err(internal)?;
         }
@@ -243,7 +246,6 @@ impl v1::registry_server::Registry for RegistryService {
         let chunked = (chunk.count > 1).then_some(chunk.heartbeat_id);
         let isolates: Vec<Isolate> = req.isolates.into_iter().map(Isolate::from).collect();
         let evicted: Vec<Isolate> = req.evicted.into_iter().map(Isolate::from).collect();
-        record(&self.store, &m, self.fleet.clock().now_ms()).await?;
         let elsewhere = {
             // Renew the lease and read which listed objects moved as one
             // step against placements (see `Fleet::placements`).

@@ -225,7 +225,9 @@ impl Replica {
             if let Err(e) = self.catch_up().await {
                 tracing::error!("fleet log: {e:#}");
             }
-            if last_alive.elapsed() >= REPLICA_HEARTBEAT {
+            // One process (SQLite) has no peers to tell: its start
+            // recorded it once, for the sessions it runs.
+            if self.shared && last_alive.elapsed() >= REPLICA_HEARTBEAT {
                 last_alive = tokio::time::Instant::now();
                 if let Err(e) = self.alive().await {
                     tracing::error!("replica heartbeat: {e:#}");

@@ -6,7 +6,8 @@ use sqlx::Row;
 
 use edgeprof_proto::rest::SessionStatus;
 
-use super::{Result, Store, sql};
+use super::rows::{OrphanRow, SlotDbRow};
+use super::{Result, Store, StoreError, sql};
 
 /// A capture holding a slot: its session, when it ends at the latest, and
 /// the isolates it profiles (`machine/isolate`).
@@ -21,7 +22,7 @@ pub struct SlotRow {
 }
 
 /// One entry of the fleet log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LogEntry {
     /// Position in the log (commit order).
     pub seq: i64,
@@ -80,8 +81,8 @@ impl Store {
     /// Unfinished sessions of replicas other than `me` that have been
     /// silent since before `cutoff_ms` (or have no row any more).
     pub async fn orphaned_sessions(&self, me: &str, cutoff_ms: i64) -> Result<Vec<Orphan>> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT s.id, s.status, s.replica_id, r.heartbeat_ms
+        let rows: Vec<OrphanRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT s.id, s.status, s.replica_id, r.heartbeat_ms AS last_heartbeat_ms
              FROM capture_sessions s LEFT JOIN replicas r ON r.id = s.replica_id
              WHERE s.status IN {UNFINISHED}
                AND s.replica_id IS NOT NULL AND s.replica_id <> $1
@@ -92,16 +93,15 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(sql("find sessions of stopped replicas"))?;
-        rows.iter()
+        rows.into_iter()
             .map(|r| {
-                let status: String = r.try_get(1).map_err(sql("read a session"))?;
                 Ok(Orphan {
-                    id: r.try_get(0).map_err(sql("read a session"))?,
-                    status: status.parse().map_err(|_| {
-                        super::StoreError::Corrupt(format!("session status `{status}`"))
+                    status: r.status.parse().map_err(|_| {
+                        StoreError::Corrupt(format!("session {} status `{}`", r.id, r.status))
                     })?,
-                    replica_id: r.try_get(2).map_err(sql("read a session"))?,
-                    last_heartbeat_ms: r.try_get(3).map_err(sql("read a session"))?,
+                    id: r.id,
+                    replica_id: r.replica_id,
+                    last_heartbeat_ms: r.last_heartbeat_ms,
                 })
             })
             .collect()
@@ -142,7 +142,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(sql(context.clone()))?;
-        let rows = sqlx::query(
+        let rows: Vec<SlotDbRow> = sqlx::query_as(
             "SELECT session_id, end_ms, isolates FROM capture_slots
              WHERE account_id = $1 AND script = $2 ORDER BY end_ms",
         )
@@ -151,17 +151,21 @@ impl Store {
         .fetch_all(&mut *tx)
         .await
         .map_err(sql(context.clone()))?;
-        let mut running = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let isolates: String = r.try_get(2).map_err(sql(context.clone()))?;
-            running.push(SlotRow {
-                session_id: r.try_get(0).map_err(sql(context.clone()))?,
-                end_ms: r.try_get(1).map_err(sql(context.clone()))?,
-                isolates: serde_json::from_str(&isolates).map_err(|e| {
-                    super::StoreError::Corrupt(format!("capture slot isolates: {e}"))
-                })?,
-            });
-        }
+        let running = rows
+            .into_iter()
+            .map(|r| {
+                Ok(SlotRow {
+                    isolates: serde_json::from_str(&r.isolates).map_err(|e| {
+                        StoreError::Corrupt(format!(
+                            "capture slot isolates of session {}: {e}",
+                            r.session_id
+                        ))
+                    })?,
+                    session_id: r.session_id,
+                    end_ms: r.end_ms,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         if let Err(refused) = admit(&running) {
             // Nothing written but the lock counter: let it go.
             tx.rollback().await.map_err(sql(context))?;
@@ -259,7 +263,7 @@ impl Store {
 
     /// At most `limit` fleet log entries after position `after`, in order.
     pub async fn fleet_log_after(&self, after: i64, limit: usize) -> Result<Vec<LogEntry>> {
-        let rows = sqlx::query(
+        sqlx::query_as(
             "SELECT seq, replica_id, received_ms, kind, payload FROM fleet_log
              WHERE seq > $1 ORDER BY seq LIMIT $2",
         )
@@ -267,18 +271,7 @@ impl Store {
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await
-        .map_err(sql("read the fleet log"))?;
-        rows.iter()
-            .map(|r| {
-                Ok(LogEntry {
-                    seq: r.try_get(0).map_err(sql("read the fleet log"))?,
-                    replica_id: r.try_get(1).map_err(sql("read the fleet log"))?,
-                    received_ms: r.try_get(2).map_err(sql("read the fleet log"))?,
-                    kind: r.try_get(3).map_err(sql("read the fleet log"))?,
-                    payload: r.try_get(4).map_err(sql("read the fleet log"))?,
-                })
-            })
-            .collect()
+        .map_err(sql("read the fleet log"))
     }
 
     /// Deletes at most `batch` fleet log entries received before

@@ -197,3 +197,20 @@ pub struct Deleted {
     /// Profiles.
     pub profiles: u64,
 }
+
+/// A capture slot as stored (its isolates a JSON list).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct SlotDbRow {
+    pub session_id: String,
+    pub end_ms: i64,
+    pub isolates: String,
+}
+
+/// An unfinished session joined with its replica's liveness row.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(super) struct OrphanRow {
+    pub id: String,
+    pub status: String,
+    pub replica_id: Option<String>,
+    pub last_heartbeat_ms: Option<i64>,
+}

@@ -82,36 +82,11 @@ impl Client {
     }
 }
 
-/// One heartbeat of `agent` (account `dev`) whose memory readings change
-/// with `round`, so the replicas' memory windows can be compared.
+/// One heartbeat of `agent` (account `dev`) whose readings change with
+/// `round`, so the replicas' memory windows can be compared.
 async fn beat(registry: &mut support::Registry, agent: &Agent, round: u64) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    let isolates = agent
-        .isolates
-        .iter()
-        .enumerate()
-        .map(|(n, i)| v1::IsolateStatus {
-            isolate_id: i.id.clone(),
-            script: i.script.clone(),
-            version_id: i.version_id.clone(),
-            account: "dev".into(),
-            requests_last_60s: 40 + round,
-            last_request_unix_ms: now - 300,
-            durable_objects: Vec::new(),
-            memory_bytes: ((round % 7) + 1 + n as u64) << 20,
-            evictions: 0,
-            memory_evictions: 0,
-        })
-        .collect();
     registry
-        .heartbeat(v1::HeartbeatRequest {
-            machine: Some(agent.machine.clone()),
-            isolates,
-            ..Default::default()
-        })
+        .heartbeat(agent.heartbeat_message("dev", round))
         .await
         .expect("heartbeat accepted");
 }
@@ -201,8 +176,17 @@ async fn two_replicas_agree_share_admission_and_fail_a_stopped_ones_captures() {
             assert_eq!((sa, sb), (200, 200), "{from_a} {from_b}");
             assert_eq!(from_a, from_b, "{path} after heartbeat round {round}");
         }
+        let seen = *round;
         drop(round);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Compare again after the next round.
+        let t0 = Instant::now();
+        while *round_lock.lock().await == seen {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no heartbeat round after {seen}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let (_, targets) = c.get(&base_b, "/scripts/api/targets").await;
     let machines: Vec<&str> = targets["targets"]

@@ -446,35 +446,42 @@ impl Agent {
     /// Sends one heartbeat, with every isolate owned by `account`.
     pub async fn heartbeat_as(&self, registry: SocketAddr, account: &str) {
         let mut client = registry_client(registry, SECRET).await;
+        client
+            .heartbeat(self.heartbeat_message(account, 0))
+            .await
+            .expect("heartbeat accepted");
+    }
+
+    /// The heartbeat of round `round`, every isolate owned by `account`:
+    /// its requests grow by one and its memory reading changes with each
+    /// round (round 0: the isolate's requests, 1 MiB).
+    pub fn heartbeat_message(&self, account: &str, round: u64) -> v1::HeartbeatRequest {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64;
-        client
-            .heartbeat(v1::HeartbeatRequest {
-                machine: Some(self.machine.clone()),
-                isolates: self
-                    .isolates
-                    .iter()
-                    .map(|i| v1::IsolateStatus {
-                        isolate_id: i.id.clone(),
-                        script: i.script.clone(),
-                        version_id: i.version_id.clone(),
-                        account: account.into(),
-                        requests_last_60s: i.recent_requests,
-                        last_request_unix_ms: if i.recent_requests > 0 { now - 500 } else { 0 },
-                        durable_objects: i.durable_objects.clone(),
-                        memory_bytes: 1 << 20,
-                        evictions: 0,
-                        memory_evictions: 0,
-                    })
-                    .collect(),
-                isolates_omitted: 0,
-                evicted: Vec::new(),
-                ..Default::default()
-            })
-            .await
-            .expect("heartbeat accepted");
+        v1::HeartbeatRequest {
+            machine: Some(self.machine.clone()),
+            isolates: self
+                .isolates
+                .iter()
+                .map(|i| v1::IsolateStatus {
+                    isolate_id: i.id.clone(),
+                    script: i.script.clone(),
+                    version_id: i.version_id.clone(),
+                    account: account.into(),
+                    requests_last_60s: i.recent_requests + round,
+                    last_request_unix_ms: if i.recent_requests > 0 { now - 500 } else { 0 },
+                    durable_objects: i.durable_objects.clone(),
+                    memory_bytes: ((round % 7) + 1) << 20,
+                    evictions: 0,
+                    memory_evictions: 0,
+                })
+                .collect(),
+            isolates_omitted: 0,
+            evicted: Vec::new(),
+            ..Default::default()
+        }
     }
 }
 

@@ -99,6 +99,10 @@ pub struct DiffOptions {
     pub node_fraction: f64,
     /// Keep at most this many rows.
     pub limit: Option<usize>,
+    /// What percentages and the cutoff are of, instead of the base's total:
+    /// pprof takes it before any focus, so a front that focuses (`--tag`)
+    /// passes the unfocused base's total.
+    pub total: Option<i64>,
 }
 
 impl Default for DiffOptions {
@@ -109,6 +113,7 @@ impl Default for DiffOptions {
             sort: TopSort::Flat,
             node_fraction: 0.005,
             limit: None,
+            total: None,
         }
     }
 }
@@ -265,8 +270,9 @@ pub fn normalized(
     Ok((scaled, factor, vi))
 }
 
-/// Every function of either profile with its flat and cum on both sides,
-/// as `go tool pprof -top -diff_base BASE NEW` reports the change.
+/// Every function of either profile whose flat or cum changed, with its
+/// flat and cum on both sides, as `go tool pprof -top -diff_base BASE NEW`
+/// reports the change.
 pub fn diff(base: &Profile, new: &Profile, options: &DiffOptions) -> Result<Diff, DiffError> {
     let (new, new_scale, vi) =
         normalized(base, new, options.sample_index.as_ref(), options.normalize)?;
@@ -308,14 +314,18 @@ pub fn diff(base: &Profile, new: &Profile, options: &DiffOptions) -> Result<Diff
         }
     }
 
-    let total = if b.total > 0 {
-        b.total
-    } else {
-        n.total.saturating_add(b.total)
+    let total = match options.total {
+        Some(t) => t,
+        None if b.total > 0 => b.total,
+        None => n.total,
     };
     let node_cutoff = ((total as f64) * options.node_fraction).abs() as i64;
     let before = rows.len();
-    rows.retain(|r| r.delta().cum.saturating_abs() >= node_cutoff);
+    // pprof's graph has no node whose change is zero in both flat and cum.
+    rows.retain(|r| {
+        let d = r.delta();
+        (d.flat != 0 || d.cum != 0) && d.cum.saturating_abs() >= node_cutoff
+    });
     let dropped_nodes = before - rows.len();
     sort_rows(&mut rows, options.sort);
     let mut truncated_nodes = 0;

@@ -1,6 +1,6 @@
 //! `edgeprof`: the command-line front of edgeprof.
 //!
-//! Offline commands work on `.pprof` files (`top`, `merge`, `collapse`);
+//! Offline commands work on `.pprof` files (`top`, `tags`, `merge`, `collapse`);
 //! online ones talk to a control plane over its REST API. This binary is thin
 //! glue: parsing flags (clap), converting them once into the libraries'
 //! options, printing. Data goes to stdout, messages to stderr; bad input exits
@@ -70,14 +70,11 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Collapsed ("folded") stacks for flamegraph tools: `a;b;c VALUE` per line.
-    Collapse {
-        /// Profile to read (`-` for stdin).
-        file: PathBuf,
-        /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
-        #[arg(long, short = 'i')]
-        sample_index: Option<String>,
-    },
+    /// Collapsed ("folded") stacks for flamegraph tools: `a;b;c VALUE` per line
+    /// (`a;b;c BASE NEW` with --diff-base).
+    Collapse(offline::CollapseArgs),
+    /// Label keys and values with their share, like `go tool pprof -tags`.
+    Tags(offline::TagsArgs),
 }
 
 fn main() -> ExitCode {
@@ -99,9 +96,8 @@ fn main() -> ExitCode {
             by_line,
         } => offline::view(&file, sample_index.as_deref(), by_line),
         Command::Merge { files, output } => offline::merge(&files, &output),
-        Command::Collapse { file, sample_index } => {
-            offline::collapse(&file, sample_index.as_deref(), &mut out)
-        }
+        Command::Collapse(args) => offline::collapse(&args, &mut out),
+        Command::Tags(args) => offline::tags(&args, &mut out),
     }
     .and_then(|code| {
         out.flush()?;

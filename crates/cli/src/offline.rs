@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use edgeprof_pprof::{Merger, Profile, SampleIndex, TopOptions, TopSort, format_value};
+use edgeprof_viewer::{DiffError, DiffOptions, LabelFocus, Normalize, Side};
 
 /// Flags of `edgeprof top`.
 #[derive(Debug, clap::Args)]
@@ -26,9 +27,100 @@ pub struct TopArgs {
     /// (pprof's -nodefraction).
     #[arg(long, default_value_t = 0.005, value_name = "F")]
     pub node_fraction: f64,
-    /// Print one JSON object: {"sample_type", "total", "rows": [{"function", "flat", "cum"}]}.
+    /// Print one JSON object: {"sample_type", "total", "rows": [{"function", "flat", "cum"}]}
+    /// (with --diff-base, each row also has "base": {"flat", "cum"} and "new": {"flat", "cum"}).
     #[arg(long)]
     pub json: bool,
+    /// Compare with this profile (`go tool pprof -diff_base`): flat and cum
+    /// are FILE minus BASE, percentages are of BASE's total.
+    #[arg(long, value_name = "BASE")]
+    pub diff_base: Option<PathBuf>,
+    /// With --diff-base: scale FILE to BASE's total (`total`, pprof's
+    /// -normalize) or to BASE's requests (`requests`, from the `requests: N`
+    /// comment of both files) before subtracting.
+    #[arg(long, value_enum, requires = "diff_base")]
+    pub normalize: Option<NormalizeArg>,
+    /// Only samples whose label KEY has one of the VALUEs (pprof's
+    /// -tagfocus, exact values): KEY=VALUE[,VALUE…]; repeat for several keys,
+    /// all of which must match. Applies to both profiles of a --diff-base.
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+}
+
+/// `--normalize` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum NormalizeArg {
+    /// Scale FILE to BASE's total.
+    Total,
+    /// Scale FILE to BASE's request count.
+    Requests,
+}
+
+impl From<NormalizeArg> for Normalize {
+    fn from(n: NormalizeArg) -> Self {
+        match n {
+            NormalizeArg::Total => Normalize::Total,
+            NormalizeArg::Requests => Normalize::Requests,
+        }
+    }
+}
+
+/// Flags of `edgeprof collapse`.
+#[derive(Debug, clap::Args)]
+pub struct CollapseArgs {
+    /// Profile to read (`-` for stdin).
+    pub file: PathBuf,
+    /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
+    #[arg(long, short = 'i')]
+    pub sample_index: Option<String>,
+    /// Print `stack BASE_VALUE FILE_VALUE` per line (two-column folded
+    /// stacks, for difffolded-style tools), 0 where a side lacks the stack.
+    #[arg(long, value_name = "BASE")]
+    pub diff_base: Option<PathBuf>,
+    /// With --diff-base: scale FILE to BASE's total or requests first.
+    #[arg(long, value_enum, requires = "diff_base")]
+    pub normalize: Option<NormalizeArg>,
+    /// Only samples with this label value (KEY=VALUE[,VALUE…], repeatable).
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+}
+
+/// Flags of `edgeprof tags`.
+#[derive(Debug, clap::Args)]
+pub struct TagsArgs {
+    /// Profile to read (`-` for stdin).
+    pub file: PathBuf,
+    /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
+    #[arg(long, short = 'i')]
+    pub sample_index: Option<String>,
+    /// Only samples with this label value (KEY=VALUE[,VALUE…], repeatable).
+    #[arg(long = "tag", value_name = "KEY=VALUE")]
+    pub tags: Vec<String>,
+    /// Print one JSON object: {"sample_type", "keys": [{"key", "total", "values": [{"value", "total"}]}]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--tag` flags, parsed once.
+fn label_focuses(tags: &[String]) -> Result<Vec<LabelFocus>> {
+    tags.iter()
+        .map(|t| t.parse().map_err(|e| anyhow!("--tag: {e}")))
+        .collect()
+}
+
+/// The profile at `path` with the `--tag` focuses applied (percentages of
+/// `tags` and `collapse` values are of what is left).
+fn read_focused(path: &Path, focuses: &[LabelFocus]) -> Result<Profile> {
+    Ok(edgeprof_viewer::focus_all(&read_profile(path)?, focuses))
+}
+
+/// A comparison error, naming the file it is about.
+fn diff_error(e: DiffError, base: &Path, new: &Path) -> anyhow::Error {
+    match e.side() {
+        Some(Side::Base) => anyhow!("{}: {e}", base.display()),
+        Some(Side::New) => anyhow!("{}: {e}", new.display()),
+        None => anyhow!("{} against {}: {e}", new.display(), base.display()),
+    }
 }
 
 /// Reads and decodes one profile; errors name the file.
@@ -57,19 +149,69 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<ExitCode> {
             args.node_fraction
         ));
     }
-    let profile = read_profile(&args.file)?;
-    let options = TopOptions {
-        sample_index: sample_index(args.sample_index.as_deref()),
-        sort: if args.cum {
-            TopSort::Cum
-        } else {
-            TopSort::Flat
-        },
-        node_fraction: args.node_fraction,
-        limit: args.limit,
+    let focuses = label_focuses(&args.tags)?;
+    let unfocused = read_profile(&args.file)?;
+    let profile = edgeprof_viewer::focus_all(&unfocused, &focuses);
+    let index = sample_index(args.sample_index.as_deref());
+    // pprof's percentages and cutoff are of the total before -tagfocus.
+    let total_before_focus = |p: &Profile| -> Option<i64> {
+        let vi = edgeprof_pprof::resolve_sample_index(p, index.as_ref()).ok()?;
+        let sum = p.sample.iter().filter_map(|s| s.value.get(vi));
+        (!focuses.is_empty()).then(|| sum.fold(0i64, |a, v| a.saturating_add(v.saturating_abs())))
     };
-    let report = edgeprof_pprof::top(&profile, &options)
+    let sort = if args.cum {
+        TopSort::Cum
+    } else {
+        TopSort::Flat
+    };
+    if let Some(base_path) = &args.diff_base {
+        let unfocused_base = read_profile(base_path)?;
+        let base = edgeprof_viewer::focus_all(&unfocused_base, &focuses);
+        let options = DiffOptions {
+            sample_index: index.clone(),
+            normalize: args.normalize.map_or(Normalize::None, Normalize::from),
+            sort,
+            node_fraction: args.node_fraction,
+            limit: args.limit,
+            total: total_before_focus(&unfocused_base),
+        };
+        let diff = edgeprof_viewer::diff(&base, &profile, &options)
+            .map_err(|e| diff_error(e, base_path, &args.file))?;
+        return print_diff(&diff, options.normalize, args.json, out);
+    }
+    let focus_total = total_before_focus(&unfocused);
+    let options = TopOptions {
+        sample_index: index,
+        sort,
+        // With a focus, the cutoff is applied below, against the total before it.
+        node_fraction: if focus_total.is_some() {
+            0.0
+        } else {
+            args.node_fraction
+        },
+        limit: if focus_total.is_some() {
+            None
+        } else {
+            args.limit
+        },
+    };
+    let mut report = edgeprof_pprof::top(&profile, &options)
         .map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
+    if let Some(total) = focus_total {
+        report.total = total;
+        report.node_cutoff = ((total as f64) * args.node_fraction).abs() as i64;
+        let before = report.rows.len();
+        report
+            .rows
+            .retain(|r| r.cum.saturating_abs() >= report.node_cutoff);
+        report.dropped_nodes += before - report.rows.len();
+        if let Some(limit) = args.limit
+            && report.rows.len() > limit
+        {
+            report.truncated_nodes = report.rows.len() - limit;
+            report.rows.truncate(limit);
+        }
+    }
 
     if args.json {
         let rows: Vec<_> = report
@@ -96,30 +238,20 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<ExitCode> {
         }
     };
     let shown: i64 = report.rows.iter().map(|r| r.flat).sum();
-    writeln!(
+    write_summary(
         out,
-        "Showing nodes accounting for {}, {:.2}% of {} total ({})",
-        format_value(shown, unit),
-        pct(shown),
-        format_value(report.total, unit),
-        report.sample_type
+        &Summary {
+            unit,
+            shown,
+            shown_percent: pct(shown),
+            total: report.total,
+            total_of: &report.sample_type,
+            dropped_nodes: report.dropped_nodes,
+            node_cutoff: report.node_cutoff,
+            rows: report.rows.len(),
+            truncated_nodes: report.truncated_nodes,
+        },
     )?;
-    if report.dropped_nodes > 0 {
-        writeln!(
-            out,
-            "Dropped {} nodes (cum <= {})",
-            report.dropped_nodes,
-            format_value(report.node_cutoff, unit)
-        )?;
-    }
-    if report.truncated_nodes > 0 {
-        writeln!(
-            out,
-            "Showing top {} nodes out of {}",
-            report.rows.len(),
-            report.rows.len() + report.truncated_nodes
-        )?;
-    }
     writeln!(
         out,
         "{:>10} {:>6} {:>6} {:>10} {:>6}",
@@ -138,6 +270,192 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<ExitCode> {
             pct(r.cum),
             r.function
         )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the lines above a `top` table say.
+struct Summary<'a> {
+    unit: &'a str,
+    shown: i64,
+    shown_percent: f64,
+    total: i64,
+    /// What the total is of, e.g. `cpu`.
+    total_of: &'a str,
+    dropped_nodes: usize,
+    node_cutoff: i64,
+    rows: usize,
+    truncated_nodes: usize,
+}
+
+/// pprof's lines above its `-top` table.
+fn write_summary(out: &mut impl Write, s: &Summary<'_>) -> Result<()> {
+    writeln!(
+        out,
+        "Showing nodes accounting for {}, {:.2}% of {} total ({})",
+        format_value(s.shown, s.unit),
+        s.shown_percent,
+        format_value(s.total, s.unit),
+        s.total_of
+    )?;
+    if s.dropped_nodes > 0 {
+        writeln!(
+            out,
+            "Dropped {} nodes (cum <= {})",
+            s.dropped_nodes,
+            format_value(s.node_cutoff, s.unit)
+        )?;
+    }
+    if s.truncated_nodes > 0 {
+        writeln!(
+            out,
+            "Showing top {} nodes out of {}",
+            s.rows,
+            s.rows + s.truncated_nodes
+        )?;
+    }
+    Ok(())
+}
+
+/// `top --diff-base`: pprof's columns for the change, then each side's
+/// flat and cum.
+fn print_diff(
+    diff: &edgeprof_viewer::Diff,
+    normalize: Normalize,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<ExitCode> {
+    let unit = diff.unit.as_str();
+    if json {
+        let side =
+            |v: edgeprof_viewer::DiffValues| serde_json::json!({"flat": v.flat, "cum": v.cum});
+        let rows: Vec<_> = diff
+            .rows
+            .iter()
+            .map(|r| {
+                let d = r.delta();
+                serde_json::json!({
+                    "function": r.function, "flat": d.flat, "cum": d.cum,
+                    "base": side(r.base), "new": side(r.new),
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "sample_type": {"type": diff.sample_type, "unit": diff.unit},
+            "total": diff.total,
+            "base_total": diff.base_total,
+            "new_total": diff.new_total,
+            "new_scale": diff.new_scale,
+            "requests": diff.requests.map(|(b, n)| serde_json::json!({"base": b, "new": n})),
+            "rows": rows,
+        });
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match (normalize, diff.requests) {
+        (Normalize::Total, _) => writeln!(
+            out,
+            "New profile scaled by {:.4} to the base's total",
+            diff.new_scale
+        )?,
+        (Normalize::Requests, Some((b, n))) => writeln!(
+            out,
+            "New profile scaled by {:.4} to the base's {b} requests (new: {n}); per request = value / {b}",
+            diff.new_scale
+        )?,
+        _ => {}
+    }
+    let shown: i64 = diff.rows.iter().map(|r| r.delta().flat).sum();
+    write_summary(
+        out,
+        &Summary {
+            unit,
+            shown,
+            shown_percent: diff.percent(shown),
+            total: diff.total,
+            total_of: &format!("{}, base", diff.sample_type),
+            dropped_nodes: diff.dropped_nodes,
+            node_cutoff: diff.node_cutoff,
+            rows: diff.rows.len(),
+            truncated_nodes: diff.truncated_nodes,
+        },
+    )?;
+    writeln!(
+        out,
+        "{:>10} {:>7} {:>7} {:>10} {:>7} {:>10} {:>10} {:>10} {:>10}",
+        "flat", "flat%", "sum%", "cum", "cum%", "base flat", "new flat", "base cum", "new cum"
+    )?;
+    let mut sum = 0i64;
+    for r in &diff.rows {
+        let d = r.delta();
+        sum = sum.saturating_add(d.flat);
+        writeln!(
+            out,
+            "{:>10} {:>6.2}% {:>6.2}% {:>10} {:>6.2}% {:>10} {:>10} {:>10} {:>10}  {}",
+            format_value(d.flat, unit),
+            diff.percent(d.flat),
+            diff.percent(sum),
+            format_value(d.cum, unit),
+            diff.percent(d.cum),
+            format_value(r.base.flat, unit),
+            format_value(r.new.flat, unit),
+            format_value(r.base.cum, unit),
+            format_value(r.new.cum, unit),
+            r.function
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `edgeprof tags`: each label key's values with their share, as `go tool
+/// pprof -tags`.
+pub fn tags(args: &TagsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let focuses = label_focuses(&args.tags)?;
+    let profile = read_focused(&args.file, &focuses)?;
+    let index = sample_index(args.sample_index.as_deref());
+    let vi = edgeprof_pprof::resolve_sample_index(&profile, index.as_ref())
+        .map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
+    let keys = edgeprof_viewer::label_shares(&profile, Some(&SampleIndex::Position(vi)))
+        .map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
+    let (ty, unit) = edgeprof_pprof::sample_types(&profile)[vi];
+    if args.json {
+        let keys: Vec<_> = keys
+            .iter()
+            .map(|k| {
+                let values: Vec<_> = k
+                    .values
+                    .iter()
+                    .map(|v| serde_json::json!({"value": v.value, "total": v.total}))
+                    .collect();
+                serde_json::json!({"key": k.key, "total": k.total, "values": values})
+            })
+            .collect();
+        let doc = serde_json::json!({"sample_type": {"type": ty, "unit": unit}, "keys": keys});
+        serde_json::to_writer(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if keys.is_empty() {
+        eprintln!("edgeprof: {}: no labels", args.file.display());
+    }
+    for k in &keys {
+        writeln!(
+            out,
+            "{}: Total {} ({ty})",
+            k.key,
+            format_value(k.total, unit)
+        )?;
+        for v in &k.values {
+            writeln!(
+                out,
+                "  {:>10} ({:>6.2}%): {}",
+                format_value(v.total, unit),
+                v.key_percent,
+                v.value
+            )?;
+        }
+        writeln!(out)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -213,9 +531,22 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-pub fn collapse(file: &Path, index: Option<&str>, out: &mut impl Write) -> Result<ExitCode> {
-    let profile = read_profile(file)?;
-    let stacks = edgeprof_pprof::collapse(&profile, sample_index(index).as_ref())
+pub fn collapse(args: &CollapseArgs, out: &mut impl Write) -> Result<ExitCode> {
+    let focuses = label_focuses(&args.tags)?;
+    let file = &args.file;
+    let profile = read_focused(file, &focuses)?;
+    let index = sample_index(args.sample_index.as_deref());
+    if let Some(base_path) = &args.diff_base {
+        let base = read_focused(base_path, &focuses)?;
+        let normalize = args.normalize.map_or(Normalize::None, Normalize::from);
+        let stacks = edgeprof_viewer::diff_collapse(&base, &profile, index.as_ref(), normalize)
+            .map_err(|e| diff_error(e, base_path, file))?;
+        for (stack, base, new) in stacks {
+            writeln!(out, "{stack} {base} {new}")?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stacks = edgeprof_pprof::collapse(&profile, index.as_ref())
         .map_err(|e| anyhow!("{}: {e}", file.display()))?;
     for (stack, value) in stacks {
         writeln!(out, "{stack} {value}")?;

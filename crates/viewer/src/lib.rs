@@ -8,6 +8,12 @@
 //!   widths proportional to value, narrow frames folded into one "…" block.
 //! - [`View`]: focus with breadcrumbs and reset, [`Search`] with highlight and
 //!   covered share, the [`table`] sorted by any column.
+//! - [`diff`](diff()): two profiles of one kind compared with `go tool pprof
+//!   -diff_base` semantics (both sides and the change per function), raw or
+//!   normalized by total or per request; [`diff_collapse`] for two-column
+//!   folded stacks.
+//! - [`label_shares`] and [`LabelFocus`]: label keys and values with their
+//!   share (`go tool pprof -tags`), and a `KEY=VALUE` focus (`-tagfocus`).
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
 //! - [`synthetic`]: deterministic large profiles for benchmarks and load
 //!   tests (the 1 M samples / 100 k stacks figure).
@@ -41,6 +47,8 @@
 //! or tonic, so it compiles for `wasm32-unknown-unknown` for the browser
 //! dashboard. Only `terminal` may touch a terminal.
 
+mod diff;
+mod labels;
 mod layout;
 mod search;
 pub mod synthetic;
@@ -52,6 +60,11 @@ mod view;
 #[cfg(feature = "terminal")]
 pub mod terminal;
 
+pub use diff::{
+    Diff, DiffError, DiffOptions, DiffRow, DiffValues, Normalize, Side, diff, diff_collapse,
+    normalized, requests, sort_rows,
+};
+pub use labels::{LabelFocus, LabelFocusError, LabelKey, LabelValue, focus_all, label_shares};
 pub use layout::{Block, BlockKind, Layout, LayoutOptions};
 pub use search::{Search, SearchError, SearchMode, SearchResult};
 pub use table::{SortColumn, TableRow, frame_totals, table};

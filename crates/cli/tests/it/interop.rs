@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use edgeprof_pprof::{LineSpec, MappingSpec, ProfileBuilder};
 
-use crate::support::{Go, edgeprof, edgeprof_ok, edgeprof_top, go};
+use crate::support::{Go, edgeprof, edgeprof_ok, edgeprof_top, edgeprof_top_with, go};
 
 /// Profiles recorded once per test run by the Go oracle.
 struct Recorded {
@@ -266,4 +266,151 @@ fn builder_corner_cases_agree_with_pprof() {
     let names: Vec<&str> = top.rows.iter().map(|r| r.0.as_str()).collect();
     assert!(names.contains(&"edge_kept"), "rows: {names:?}");
     assert!(!names.contains(&"below_cutoff"), "rows: {names:?}");
+}
+
+/// `edgeprof top FILE EXTRA` and `go tool pprof -top GO_EXTRA FILE` agree
+/// row by row (flat and cum are the change, the total the base's).
+fn assert_agrees_with(
+    go: &Go,
+    file: &Path,
+    index: &str,
+    cum: bool,
+    ours: &[&str],
+    theirs: &[&str],
+) {
+    let (mine, unit) = edgeprof_top_with(file, Some(index), cum, ours);
+    let pprof = go.top_with(file, Some(index), cum, &unit, theirs);
+    assert!(
+        !pprof.rows.is_empty(),
+        "pprof printed no rows for {theirs:?}"
+    );
+    assert_eq!(
+        mine, pprof,
+        "edgeprof top {ours:?} vs go tool pprof -top {theirs:?} ({index}, cum {cum})"
+    );
+}
+
+#[test]
+fn diff_base_top_agrees_with_pprof() {
+    let Some(go) = go() else { return };
+    let rec = recorded(go);
+    let base = rec.cpu_short.to_str().unwrap();
+    let diff_base = format!("-diff_base={base}");
+    for index in ["samples", "cpu"] {
+        for cum in [false, true] {
+            assert_agrees_with(
+                go,
+                &rec.cpu,
+                index,
+                cum,
+                &["--diff-base", base],
+                &[&diff_base],
+            );
+        }
+        // -normalize: the same values per function. Go 1.19's pprof (the
+        // oracle here) also lists nodes below the cutoff when normalizing;
+        // those must be the only rows we leave out.
+        let (ours, unit) = edgeprof_top_with(
+            &rec.cpu,
+            Some(index),
+            false,
+            &["--diff-base", base, "--normalize", "total"],
+        );
+        let theirs = go.top_with(
+            &rec.cpu,
+            Some(index),
+            false,
+            &unit,
+            &[&diff_base, "-normalize"],
+        );
+        assert_eq!(ours.total, theirs.total, "{index}: total");
+        let cutoff = (ours.total as f64 * 0.005) as i64;
+        for row in &theirs.rows {
+            match ours.rows.iter().find(|r| r.0 == row.0) {
+                Some(mine) => assert_eq!(mine, row, "{index}: -normalize row"),
+                None => assert!(row.2.abs() < cutoff, "{index}: missing {row:?}"),
+            }
+        }
+        assert!(
+            ours.rows.iter().all(|r| theirs.rows.contains(r)),
+            "{index}: ours {:?} theirs {:?}",
+            ours.rows,
+            theirs.rows
+        );
+    }
+    // The 1500 ms profile against the 600 ms one: most functions grew.
+    let (top, _) = edgeprof_top_with(&rec.cpu, Some("cpu"), false, &["--diff-base", base]);
+    assert!(top.rows.iter().any(|r| r.1 > 0), "rows: {:?}", top.rows);
+}
+
+/// A CPU profile whose samples carry `data_center` and `isolate` labels.
+fn labelled_profile() -> Vec<u8> {
+    let mut b = ProfileBuilder::new(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    b.period("cpu", "nanoseconds", 10_000_000);
+    let line = |function_id| LineSpec {
+        function_id,
+        line: 1,
+        column: 0,
+    };
+    let at = |b: &mut ProfileBuilder, name: &str| {
+        let f = b.function(name, name, "src/lib.rs", 1);
+        b.location(0, 0, &[line(f)])
+    };
+    let (main, parse, render, encode) = (
+        at(&mut b, "main"),
+        at(&mut b, "parse"),
+        at(&mut b, "render"),
+        at(&mut b, "encode"),
+    );
+    let ms = 1_000_000;
+    for (stack, n, dc, isolate) in [
+        (&[parse, main][..], 50, "lhr", "i1"),
+        (&[render, main][..], 30, "sjc", "i2"),
+        (&[parse, main][..], 15, "sjc", "i3"),
+        (&[encode, render, main][..], 5, "nrt", "i4"),
+    ] {
+        let labels = [
+            b.label_str("data_center", dc),
+            b.label_str("isolate", isolate),
+        ];
+        b.add_sample(stack, &[n, n * ms], &labels);
+    }
+    edgeprof_pprof::encode(&b.build())
+}
+
+#[test]
+fn tag_focus_agrees_with_pprof_tagfocus() {
+    let Some(go) = go() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("labelled.pprof");
+    std::fs::write(&file, labelled_profile()).unwrap();
+    for tag in ["data_center=sjc", "data_center=lhr,nrt", "isolate=i3"] {
+        let tagfocus = format!("-tagfocus={tag}");
+        for cum in [false, true] {
+            assert_agrees_with(go, &file, "cpu", cum, &["--tag", tag], &[&tagfocus]);
+        }
+    }
+    // Focused on both sides of a diff.
+    let base = dir.path().join("base.pprof");
+    std::fs::write(&base, corner_free_base()).unwrap();
+    let b = base.to_str().unwrap();
+    assert_agrees_with(
+        go,
+        &file,
+        "cpu",
+        false,
+        &["--diff-base", b, "--tag", "data_center=sjc"],
+        &[&format!("-diff_base={b}"), "-tagfocus=data_center=sjc"],
+    );
+}
+
+/// The labelled profile with half of parse's samples: a base for a focused diff.
+fn corner_free_base() -> Vec<u8> {
+    let mut p = edgeprof_pprof::decode(&labelled_profile()).unwrap();
+    for s in &mut p.sample {
+        for v in &mut s.value {
+            *v /= 2;
+        }
+    }
+    edgeprof_pprof::encode(&p)
 }

@@ -135,7 +135,20 @@ impl Go {
     /// rows in pprof's order. `unit` is passed as `-unit` so values print as
     /// exact integers.
     pub fn top(&self, file: &Path, sample_index: Option<&str>, cum: bool, unit: &str) -> Top {
+        self.top_with(file, sample_index, cum, unit, &[])
+    }
+
+    /// [`Go::top`] with more flags (`-diff_base=F`, `-tagfocus=K=V`).
+    pub fn top_with(
+        &self,
+        file: &Path,
+        sample_index: Option<&str>,
+        cum: bool,
+        unit: &str,
+        extra: &[&str],
+    ) -> Top {
         let mut args = vec!["-top".to_owned(), "-nodefraction=0.005".to_owned()];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         if let Some(i) = sample_index {
             args.push(format!("-sample_index={i}"));
         }
@@ -216,8 +229,19 @@ fn parse_top(text: &str) -> Top {
 
 /// `edgeprof top --json` as numbers, with the sample type's unit.
 pub fn edgeprof_top(file: &Path, sample_index: Option<&str>, cum: bool) -> (Top, String) {
+    edgeprof_top_with(file, sample_index, cum, &[])
+}
+
+/// [`edgeprof_top`] with more flags (`--diff-base F`, `--tag K=V`).
+pub fn edgeprof_top_with(
+    file: &Path,
+    sample_index: Option<&str>,
+    cum: bool,
+    extra: &[&str],
+) -> (Top, String) {
     let file = file.to_str().expect("utf-8 path");
     let mut args = vec!["top", "--json", "--node-fraction", "0.005", file];
+    args.extend(extra);
     if let Some(i) = sample_index {
         args.extend(["--sample-index", i]);
     }

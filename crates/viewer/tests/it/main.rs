@@ -1,6 +1,7 @@
 //! Integration tests of the viewer: the model through its public API, and
 //! the terminal front rendered into ratatui's `TestBackend`.
 
+mod compare;
 mod invariants;
 mod model;
 mod properties;

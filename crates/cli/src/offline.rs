@@ -31,8 +31,19 @@ pub struct TopArgs {
     /// (with --diff-base, each row also has "base": {"flat", "cum"} and "new": {"flat", "cum"}).
     #[arg(long)]
     pub json: bool,
-    /// Compare with this profile (`go tool pprof -diff_base`): flat and cum
-    /// are FILE minus BASE, percentages are of BASE's total.
+    #[command(flatten)]
+    pub compare: CompareArgs,
+    #[command(flatten)]
+    pub focus: FocusArgs,
+}
+
+/// The comparison flags of `top` and `collapse`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// Compare with this profile (`go tool pprof -diff_base`): `top`'s flat
+    /// and cum are FILE minus BASE, percentages of BASE's total; `collapse`
+    /// prints `stack BASE_VALUE FILE_VALUE` per line (two-column folded
+    /// stacks for difffolded-style tools), 0 where a side lacks the stack.
     #[arg(long, value_name = "BASE")]
     pub diff_base: Option<PathBuf>,
     /// With --diff-base: scale FILE to BASE's total (`total`, pprof's
@@ -40,6 +51,17 @@ pub struct TopArgs {
     /// comment of both files) before subtracting.
     #[arg(long, value_enum, requires = "diff_base")]
     pub normalize: Option<NormalizeArg>,
+}
+
+impl CompareArgs {
+    fn normalize(&self) -> Normalize {
+        self.normalize.map_or(Normalize::None, Normalize::from)
+    }
+}
+
+/// The `--tag` flag of `top`, `tags` and `collapse`.
+#[derive(Debug, clap::Args)]
+pub struct FocusArgs {
     /// Only samples whose label KEY has one of the VALUEs (pprof's
     /// -tagfocus, exact values): KEY=VALUE[,VALUE…]; repeat for several keys,
     /// all of which must match. Applies to both profiles of a --diff-base.
@@ -73,16 +95,10 @@ pub struct CollapseArgs {
     /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
     #[arg(long, short = 'i')]
     pub sample_index: Option<String>,
-    /// Print `stack BASE_VALUE FILE_VALUE` per line (two-column folded
-    /// stacks, for difffolded-style tools), 0 where a side lacks the stack.
-    #[arg(long, value_name = "BASE")]
-    pub diff_base: Option<PathBuf>,
-    /// With --diff-base: scale FILE to BASE's total or requests first.
-    #[arg(long, value_enum, requires = "diff_base")]
-    pub normalize: Option<NormalizeArg>,
-    /// Only samples with this label value (KEY=VALUE[,VALUE…], repeatable).
-    #[arg(long = "tag", value_name = "KEY=VALUE")]
-    pub tags: Vec<String>,
+    #[command(flatten)]
+    pub compare: CompareArgs,
+    #[command(flatten)]
+    pub focus: FocusArgs,
 }
 
 /// Flags of `edgeprof tags`.
@@ -93,9 +109,8 @@ pub struct TagsArgs {
     /// Sample type by name (`cpu`, `alloc_space`) or 0-based number.
     #[arg(long, short = 'i')]
     pub sample_index: Option<String>,
-    /// Only samples with this label value (KEY=VALUE[,VALUE…], repeatable).
-    #[arg(long = "tag", value_name = "KEY=VALUE")]
-    pub tags: Vec<String>,
+    #[command(flatten)]
+    pub focus: FocusArgs,
     /// Print one JSON object: {"sample_type", "keys": [{"key", "total", "values": [{"value", "total"}]}]}.
     #[arg(long)]
     pub json: bool,
@@ -111,7 +126,11 @@ fn label_focuses(tags: &[String]) -> Result<Vec<LabelFocus>> {
 /// The profile at `path` with the `--tag` focuses applied (percentages of
 /// `tags` and `collapse` values are of what is left).
 fn read_focused(path: &Path, focuses: &[LabelFocus]) -> Result<Profile> {
-    Ok(edgeprof_viewer::focus_all(&read_profile(path)?, focuses))
+    let profile = read_profile(path)?;
+    if focuses.is_empty() {
+        return Ok(profile);
+    }
+    Ok(edgeprof_viewer::focus_all(&profile, focuses).into_owned())
 }
 
 /// A comparison error, naming the file it is about.
@@ -149,27 +168,27 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<ExitCode> {
             args.node_fraction
         ));
     }
-    let focuses = label_focuses(&args.tags)?;
+    let focuses = label_focuses(&args.focus.tags)?;
     let unfocused = read_profile(&args.file)?;
     let profile = edgeprof_viewer::focus_all(&unfocused, &focuses);
     let index = sample_index(args.sample_index.as_deref());
     // pprof's percentages and cutoff are of the total before -tagfocus.
     let total_before_focus = |p: &Profile| -> Option<i64> {
         let vi = edgeprof_pprof::resolve_sample_index(p, index.as_ref()).ok()?;
-        let sum = p.sample.iter().filter_map(|s| s.value.get(vi));
-        (!focuses.is_empty()).then(|| sum.fold(0i64, |a, v| a.saturating_add(v.saturating_abs())))
+        (!focuses.is_empty()).then(|| edgeprof_pprof::total(p, vi))
     };
     let sort = if args.cum {
         TopSort::Cum
     } else {
         TopSort::Flat
     };
-    if let Some(base_path) = &args.diff_base {
+    let compare = &args.compare;
+    if let Some(base_path) = &compare.diff_base {
         let unfocused_base = read_profile(base_path)?;
         let base = edgeprof_viewer::focus_all(&unfocused_base, &focuses);
         let options = DiffOptions {
             sample_index: index.clone(),
-            normalize: args.normalize.map_or(Normalize::None, Normalize::from),
+            normalize: compare.normalize(),
             sort,
             node_fraction: args.node_fraction,
             limit: args.limit,
@@ -179,39 +198,15 @@ pub fn top(args: &TopArgs, out: &mut impl Write) -> Result<ExitCode> {
             .map_err(|e| diff_error(e, base_path, &args.file))?;
         return print_diff(&diff, options.normalize, args.json, out);
     }
-    let focus_total = total_before_focus(&unfocused);
     let options = TopOptions {
+        total: total_before_focus(&unfocused),
         sample_index: index,
         sort,
-        // With a focus, the cutoff is applied below, against the total before it.
-        node_fraction: if focus_total.is_some() {
-            0.0
-        } else {
-            args.node_fraction
-        },
-        limit: if focus_total.is_some() {
-            None
-        } else {
-            args.limit
-        },
+        node_fraction: args.node_fraction,
+        limit: args.limit,
     };
-    let mut report = edgeprof_pprof::top(&profile, &options)
+    let report = edgeprof_pprof::top(&profile, &options)
         .map_err(|e| anyhow!("{}: {e}", args.file.display()))?;
-    if let Some(total) = focus_total {
-        report.total = total;
-        report.node_cutoff = ((total as f64) * args.node_fraction).abs() as i64;
-        let before = report.rows.len();
-        report
-            .rows
-            .retain(|r| r.cum.saturating_abs() >= report.node_cutoff);
-        report.dropped_nodes += before - report.rows.len();
-        if let Some(limit) = args.limit
-            && report.rows.len() > limit
-        {
-            report.truncated_nodes = report.rows.len() - limit;
-            report.rows.truncate(limit);
-        }
-    }
 
     if args.json {
         let rows: Vec<_> = report
@@ -411,7 +406,7 @@ fn print_diff(
 /// `edgeprof tags`: each label key's values with their share, as `go tool
 /// pprof -tags`.
 pub fn tags(args: &TagsArgs, out: &mut impl Write) -> Result<ExitCode> {
-    let focuses = label_focuses(&args.tags)?;
+    let focuses = label_focuses(&args.focus.tags)?;
     let profile = read_focused(&args.file, &focuses)?;
     let index = sample_index(args.sample_index.as_deref());
     let vi = edgeprof_pprof::resolve_sample_index(&profile, index.as_ref())
@@ -532,13 +527,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 pub fn collapse(args: &CollapseArgs, out: &mut impl Write) -> Result<ExitCode> {
-    let focuses = label_focuses(&args.tags)?;
+    let focuses = label_focuses(&args.focus.tags)?;
     let file = &args.file;
     let profile = read_focused(file, &focuses)?;
     let index = sample_index(args.sample_index.as_deref());
-    if let Some(base_path) = &args.diff_base {
+    if let Some(base_path) = &args.compare.diff_base {
         let base = read_focused(base_path, &focuses)?;
-        let normalize = args.normalize.map_or(Normalize::None, Normalize::from);
+        let normalize = args.compare.normalize();
         let stacks = edgeprof_viewer::diff_collapse(&base, &profile, index.as_ref(), normalize)
             .map_err(|e| diff_error(e, base_path, file))?;
         for (stack, base, new) in stacks {

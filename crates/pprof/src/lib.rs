@@ -45,7 +45,7 @@ pub use edgeprof_proto::pprof::{
 pub use merge::{MergeError, Merger, merge};
 pub use report::{
     Frame, ReportError, SampleIndex, TopOptions, TopReport, TopRow, TopSort, collapse,
-    format_value, resolve_sample_index, stack_frames, top,
+    format_value, resolve_sample_index, stack_frames, top, total,
 };
 pub use transform::{filter_by_label, scale, subtract};
 pub use validate::{ValidationError, validate};

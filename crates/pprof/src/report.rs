@@ -231,6 +231,10 @@ pub struct TopOptions {
     pub node_fraction: f64,
     /// Keep at most this many rows.
     pub limit: Option<usize>,
+    /// What percentages and the node-fraction cutoff are of, instead of
+    /// the profile's [`total`]: pprof takes them before a `-tagfocus`, so a
+    /// front that focuses passes the unfocused profile's total.
+    pub total: Option<i64>,
 }
 
 impl Default for TopOptions {
@@ -240,8 +244,19 @@ impl Default for TopOptions {
             sort: TopSort::Flat,
             node_fraction: 0.005,
             limit: None,
+            total: None,
         }
     }
+}
+
+/// Sum of |value| at sample index `vi` over all samples: what `top`'s
+/// percentages are of.
+pub fn total(profile: &Profile, vi: usize) -> i64 {
+    profile
+        .sample
+        .iter()
+        .filter_map(|s| s.value.get(vi))
+        .fold(0i64, |acc, v| acc.saturating_add(v.saturating_abs()))
 }
 
 /// One function's row.
@@ -265,7 +280,8 @@ pub struct TopReport {
     pub sample_type: String,
     /// Its unit, e.g. `nanoseconds`.
     pub unit: String,
-    /// Sum of |value| over all samples.
+    /// What percentages and the cutoff are of: [`TopOptions::total`], or
+    /// the sum of |value| over all samples.
     pub total: i64,
     /// The rows, in the requested order.
     pub rows: Vec<TopRow>,
@@ -321,10 +337,10 @@ pub fn top<'a>(profile: &'a Profile, options: &TopOptions) -> Result<TopReport, 
     let mut flat: Vec<i64> = vec![0; n];
     let mut cum: Vec<i64> = vec![0; n];
     let mut last_seen: Vec<usize> = vec![usize::MAX; n];
-    let mut total: i64 = 0;
+    let mut sum: i64 = 0;
     for (si, s) in profile.sample.iter().enumerate() {
         let Some(&v) = s.value.get(vi) else { continue };
-        total = total.saturating_add(v.saturating_abs());
+        sum = sum.saturating_add(v.saturating_abs());
         if v == 0 {
             continue;
         }
@@ -354,6 +370,7 @@ pub fn top<'a>(profile: &'a Profile, options: &TopOptions) -> Result<TopReport, 
         }
     }
 
+    let total = options.total.unwrap_or(sum);
     let node_cutoff = ((total as f64) * options.node_fraction).abs() as i64;
     let mut rows: Vec<TopRow> = Vec::with_capacity(names.len());
     let mut dropped_nodes = 0;

@@ -10,6 +10,7 @@
 //! (from the `requests: N` comment the control plane writes), so the rows
 //! compare cost per request.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use edgeprof_pprof::{Profile, ReportError, SampleIndex, TopOptions, TopRow, TopSort};
@@ -219,23 +220,15 @@ fn check_kinds(base: &Profile, new: &Profile) -> Result<(), DiffError> {
     })
 }
 
-fn sum_abs(profile: &Profile, vi: usize) -> i64 {
-    profile
-        .sample
-        .iter()
-        .filter_map(|s| s.value.get(vi))
-        .fold(0i64, |acc, v| acc.saturating_add(v.saturating_abs()))
-}
-
 /// The new profile as the comparison reads it: scaled as `normalize` says
 /// (values rounded, as pprof's `-normalize`), with the factor used. Checks
 /// that the two profiles are of one kind and resolves the sample index.
-pub fn normalized(
+pub fn normalized<'a>(
     base: &Profile,
-    new: &Profile,
+    new: &'a Profile,
     sample_index: Option<&SampleIndex>,
     normalize: Normalize,
-) -> Result<(Profile, f64, usize), DiffError> {
+) -> Result<(Cow<'a, Profile>, f64, usize), DiffError> {
     check_kinds(base, new)?;
     let vi = edgeprof_pprof::resolve_sample_index(new, sample_index).map_err(|source| {
         DiffError::Report {
@@ -248,7 +241,10 @@ pub fn normalized(
         Normalize::Total => {
             // pprof: the new profile times base total / new total, 0 when
             // the new profile is empty.
-            let (b, n) = (sum_abs(base, vi), sum_abs(new, vi));
+            let (b, n) = (
+                edgeprof_pprof::total(base, vi),
+                edgeprof_pprof::total(new, vi),
+            );
             if n == 0 { 0.0 } else { b as f64 / n as f64 }
         }
         Normalize::Requests => {
@@ -263,9 +259,9 @@ pub fn normalized(
         }
     };
     let scaled = if factor == 1.0 {
-        new.clone()
+        Cow::Borrowed(new)
     } else {
-        edgeprof_pprof::scale(new, factor)
+        Cow::Owned(edgeprof_pprof::scale(new, factor))
     };
     Ok((scaled, factor, vi))
 }

@@ -3,6 +3,7 @@
 //! and a focus on `KEY=VALUE[,VALUE…]` as pprof's `-tagfocus`, applied
 //! through [`edgeprof_pprof::filter_by_label`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use edgeprof_pprof::{Profile, ReportError, SampleIndex};
@@ -128,12 +129,13 @@ impl LabelFocus {
 }
 
 /// `profile` with every focus applied: a sample is kept when it matches all
-/// of them.
-pub fn focus_all(profile: &Profile, focuses: &[LabelFocus]) -> Profile {
+/// of them. Without focuses, `profile` itself (no copy).
+pub fn focus_all<'a>(profile: &'a Profile, focuses: &[LabelFocus]) -> Cow<'a, Profile> {
     match focuses.split_first() {
-        None => profile.clone(),
-        Some((first, rest)) => rest
-            .iter()
-            .fold(first.apply(profile), |p, focus| focus.apply(&p)),
+        None => Cow::Borrowed(profile),
+        Some((first, rest)) => Cow::Owned(
+            rest.iter()
+                .fold(first.apply(profile), |p, focus| focus.apply(&p)),
+        ),
     }
 }

@@ -53,6 +53,7 @@ pub fn top(p: &Profile, index: &str) -> Vec<(String, i64, i64)> {
             sort: TopSort::Flat,
             node_fraction: 0.0,
             limit: None,
+            total: None,
         },
     )
     .expect("top");

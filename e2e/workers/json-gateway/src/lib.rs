@@ -1,6 +1,6 @@
 //! A gateway that renders a nested JSON tree, redacting secrets. Its
 //! replacer (called for every node) also walks the node's whole subtree to
-//! decide whether to redact, so a leaf 5 levels deep is checked 6 times:
+//! decide whether to redact, so a leaf 7 levels deep is checked 8 times:
 //! `replacer` dominates `top`, and a request costs about 3–4× what it
 //! should. With `--features fixed` the replacer looks at the node alone.
 
@@ -99,7 +99,7 @@ fn serialize(v: &Value, out: &mut String) {
 
 thread_local! {
     /// The upstream document, fetched (here: generated) once per isolate.
-    static TREE: Value = build(5, 7, &mut 7);
+    static TREE: Value = build(7, 4, &mut 7);
 }
 
 fn handle(req: Request) -> Response {

@@ -405,3 +405,76 @@ fn halved_base() -> Vec<u8> {
     }
     edgeprof_pprof::encode(&p)
 }
+
+/// Label shares as `go tool pprof -tags` prints them: per key in order, its
+/// values in order with their percentage of the key's total (two decimals).
+type Shares = Vec<(String, Vec<(String, String)>)>;
+
+/// Parses `go tool pprof -tags` output (` key: Total …` headers, then
+/// `VALUE (PCT%): NAME` lines).
+fn parse_pprof_tags(out: &str) -> Shares {
+    let mut shares: Shares = Vec::new();
+    for line in out.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some((key, _)) = line.split_once(": Total ") {
+            shares.push((key.to_owned(), Vec::new()));
+        } else if let Some((left, name)) = line.split_once("%): ") {
+            let pct = left.rsplit('(').next().unwrap().trim();
+            let (_, values) = shares.last_mut().expect("a value line before any key");
+            values.push((name.to_owned(), pct.to_owned()));
+        }
+    }
+    shares
+}
+
+/// `edgeprof tags --json` as [`Shares`].
+fn edgeprof_tags(file: &Path, extra: &[&str]) -> Shares {
+    let mut args = vec!["tags", "--json", file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let doc: serde_json::Value = serde_json::from_str(&edgeprof_ok(&args)).unwrap();
+    doc["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let total = k["total"].as_f64().unwrap();
+            let values = k["values"].as_array().unwrap().iter().map(|v| {
+                let pct = v["total"].as_f64().unwrap() / total * 100.0;
+                (v["value"].as_str().unwrap().to_owned(), format!("{pct:.2}"))
+            });
+            (k["key"].as_str().unwrap().to_owned(), values.collect())
+        })
+        .collect()
+}
+
+#[test]
+fn tags_agree_with_pprof_tags() {
+    let Some(go) = go() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("labelled.pprof");
+    std::fs::write(&file, labelled_profile()).unwrap();
+    let f = file.to_str().unwrap();
+    for (ours, theirs) in [
+        (vec!["-i", "cpu"], vec!["-sample_index=cpu"]),
+        (vec!["-i", "samples"], vec!["-sample_index=samples"]),
+        (
+            vec!["-i", "cpu", "--tag", "data_center=sjc,nrt"],
+            vec!["-sample_index=cpu", "-tagfocus=data_center=sjc,nrt"],
+        ),
+    ] {
+        let mut args = vec!["-tags"];
+        args.extend_from_slice(&theirs);
+        args.push(f);
+        let pprof = parse_pprof_tags(&String::from_utf8(go.pprof(&args)).unwrap());
+        assert_eq!(
+            pprof.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["data_center", "isolate"],
+            "go tool pprof {args:?}"
+        );
+        assert!(pprof.iter().all(|(_, v)| !v.is_empty()), "{pprof:?}");
+        assert_eq!(
+            edgeprof_tags(&file, &ours),
+            pprof,
+            "edgeprof tags {ours:?} vs go tool pprof {args:?}"
+        );
+    }
+}

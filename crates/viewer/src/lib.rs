@@ -11,7 +11,8 @@
 //! - [`diff`](diff()): two profiles of one kind compared with `go tool pprof
 //!   -diff_base` semantics (both sides and the change per function), raw or
 //!   normalized by total or per request; [`diff_collapse`] for two-column
-//!   folded stacks.
+//!   folded stacks; [`diff_tree`] merges both call trees for a diff
+//!   flamegraph (widths by base + new, colour by the change).
 //! - [`label_shares`] and [`LabelFocus`]: label keys and values with their
 //!   share (`go tool pprof -tags`), and a `KEY=VALUE` focus (`-tagfocus`).
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
@@ -48,6 +49,7 @@
 //! dashboard. Only `terminal` may touch a terminal.
 
 mod diff;
+mod diff_tree;
 mod labels;
 mod layout;
 mod search;
@@ -64,6 +66,7 @@ pub use diff::{
     Diff, DiffError, DiffOptions, DiffRow, DiffValues, Normalize, Side, diff, diff_collapse,
     normalized, requests, sort_rows,
 };
+pub use diff_tree::{DiffNodes, diff_tree};
 pub use labels::{LabelFocus, LabelFocusError, LabelKey, LabelValue, focus_all, label_shares};
 pub use layout::{Block, BlockKind, Layout, LayoutOptions};
 pub use search::{Search, SearchError, SearchMode, SearchResult};

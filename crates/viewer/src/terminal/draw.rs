@@ -6,10 +6,12 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 
+use super::compare::{Comparison, change_color};
 use super::{App, FOLDED_COLOR, MATCH_COLOR, Pane};
+use crate::diff::DiffRow;
 use crate::layout::BlockKind;
 use crate::search::SearchMode;
-use crate::table::TableRow;
+use crate::table::{SortColumn, TableRow};
 use crate::tree::{CallTree, Granularity};
 
 impl App {
@@ -58,8 +60,12 @@ impl App {
 
     fn render_title(&self, buf: &mut Buffer, area: Rect) {
         let tree = self.view.tree();
+        let totals = match &self.comparison {
+            Some(c) => c.totals(tree),
+            None => format!("total {}", tree.format(tree.total())),
+        };
         let title = format!(
-            " edgeprof view · {} ({}) [{}/{}] · by {} · total {}",
+            " edgeprof view · {} ({}) [{}/{}] · by {} · {totals}",
             tree.sample_type,
             tree.unit,
             tree.sample_index + 1,
@@ -68,7 +74,6 @@ impl App {
                 Granularity::Function => "function",
                 Granularity::FileLine => "file:line",
             },
-            tree.format(tree.total()),
         );
         let style = Style::default().add_modifier(Modifier::BOLD);
         buf.set_style(area, style);
@@ -112,6 +117,8 @@ impl App {
                         let name = tree.frame(id).function.as_str();
                         let bg = if self.view.matches(id) {
                             MATCH_COLOR
+                        } else if let Some(c) = &self.comparison {
+                            change_color(c.nodes.share(id))
                         } else {
                             frame_color(name)
                         };
@@ -144,37 +151,27 @@ impl App {
 
     fn render_table(&mut self, buf: &mut Buffer, area: Rect) {
         let tree = self.view.tree();
-        let rows = self.view.table();
         let sort = self.view.sort();
-        let mark = |col: crate::SortColumn, name: &str| {
-            if col == sort {
-                format!("{name}▼")
-            } else {
-                name.to_owned()
-            }
+        let (header, rows) = match &self.comparison {
+            Some(c) => (Comparison::header(sort), Rows::Diff(c, c.rows(&self.view))),
+            None => (plain_header(sort), Rows::Plain(self.view.table())),
         };
-        let header = format!(
-            "{:>9} {:>7} {:>9} {:>7}  {}",
-            mark(crate::SortColumn::SelfValue, "Self"),
-            "Self%",
-            mark(crate::SortColumn::Total, "Total"),
-            "Total%",
-            mark(crate::SortColumn::Name, "Function"),
-        );
+        let len = rows.len();
         let bold = Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
         buf.set_style(Rect::new(area.x, area.y, area.width, 1), bold);
         buf.set_stringn(area.x, area.y, header, area.width as usize, bold);
         let visible = usize::from(area.height.saturating_sub(1));
-        self.table_selected = self.table_selected.min(rows.len().saturating_sub(1));
+        self.table_selected = self.table_selected.min(len.saturating_sub(1));
         if self.table_selected < self.table_offset {
             self.table_offset = self.table_selected;
         } else if visible > 0 && self.table_selected >= self.table_offset + visible {
             self.table_offset = self.table_selected + 1 - visible;
         }
-        if rows.is_empty() {
-            let text = match self.view.search() {
-                Some(s) => format!(" no function matches {:?}", s.pattern),
-                None => " no samples with a non-zero value".into(),
+        if len == 0 {
+            let text = match (self.view.search(), &self.comparison) {
+                (Some(s), _) => format!(" no function matches {:?}", s.pattern),
+                (None, Some(_)) => " no function changed".into(),
+                (None, None) => " no samples with a non-zero value".into(),
             };
             buf.set_stringn(
                 area.x,
@@ -184,20 +181,18 @@ impl App {
                 Style::default(),
             );
         }
-        for (i, row) in rows
-            .iter()
-            .enumerate()
-            .skip(self.table_offset)
-            .take(visible)
-        {
+        for i in (self.table_offset..len).take(visible) {
             let y = area.y + 1 + (i - self.table_offset) as u16;
-            let style = if i == self.table_selected {
-                Style::default().add_modifier(Modifier::REVERSED)
-            } else {
-                Style::default()
-            };
+            let (line, fg) = rows.line(tree, i);
+            let mut style = Style::default();
+            if let Some(fg) = fg {
+                style = style.fg(fg);
+            }
+            if i == self.table_selected {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
             buf.set_style(Rect::new(area.x, y, area.width, 1), style);
-            buf.set_stringn(area.x, y, table_line(tree, row), area.width as usize, style);
+            buf.set_stringn(area.x, y, line, area.width as usize, style);
         }
     }
 
@@ -233,14 +228,22 @@ impl App {
                 width,
                 Style::default().fg(MATCH_COLOR),
             );
+        } else if let Some(c) = &self.comparison {
+            buf.set_stringn(area.x, area.y, c.status(), width, Style::default());
         }
     }
 
     fn render_details(&self, buf: &mut Buffer, area: Rect) {
         let tree = self.view.tree();
-        let text = match self.pane {
-            Pane::Flamegraph => tree.details(self.selected).to_line(tree),
-            Pane::Table => match self.view.table().get(self.table_selected) {
+        let text = match (self.pane, &self.comparison) {
+            (Pane::Flamegraph, Some(c)) => c.node_details(tree, self.selected),
+            (Pane::Table, Some(c)) => c
+                .rows(&self.view)
+                .get(self.table_selected)
+                .map(|row| c.row_details(tree, row))
+                .unwrap_or_default(),
+            (Pane::Flamegraph, None) => tree.details(self.selected).to_line(tree),
+            (Pane::Table, None) => match self.view.table().get(self.table_selected) {
                 Some(row) => {
                     let mut t = row.function.clone();
                     if !row.location.is_empty() {
@@ -267,6 +270,59 @@ impl App {
             style,
         );
     }
+}
+
+/// The rows of the table shown: the plain table's or the diff's.
+enum Rows<'a> {
+    Plain(Vec<TableRow>),
+    Diff(&'a Comparison, Vec<DiffRow>),
+}
+
+impl Rows<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Rows::Plain(rows) => rows.len(),
+            Rows::Diff(_, rows) => rows.len(),
+        }
+    }
+
+    /// Row `i`'s text, and its colour: a diff row is red when its total
+    /// grew, green when it shrank, as the flamegraph.
+    fn line(&self, tree: &CallTree, i: usize) -> (String, Option<Color>) {
+        match self {
+            Rows::Plain(rows) => (table_line(tree, &rows[i]), None),
+            Rows::Diff(c, rows) => {
+                let row = &rows[i];
+                let fg = match row.delta().cum.signum() {
+                    1 => Some(Color::Red),
+                    -1 => Some(Color::Green),
+                    _ => None,
+                };
+                (c.line(tree, row), fg)
+            }
+        }
+    }
+}
+
+/// A table header's `name`, marked `▼` when `col` is the sort column.
+pub(super) fn marked(sort: SortColumn, col: SortColumn, name: &str) -> String {
+    if col == sort {
+        format!("{name}▼")
+    } else {
+        name.to_owned()
+    }
+}
+
+fn plain_header(sort: SortColumn) -> String {
+    let mark = |col, name| marked(sort, col, name);
+    format!(
+        "{:>9} {:>7} {:>9} {:>7}  {}",
+        mark(SortColumn::SelfValue, "Self"),
+        "Self%",
+        mark(SortColumn::Total, "Total"),
+        "Total%",
+        mark(SortColumn::Name, "Function"),
+    )
 }
 
 fn table_line(tree: &CallTree, row: &TableRow) -> String {

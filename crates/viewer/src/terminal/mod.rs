@@ -1,6 +1,10 @@
 //! The terminal viewer of `edgeprof view FILE`: a flamegraph pane (or the
 //! function table), a status line, a details bar and a help line.
 //!
+//! With a base profile ([`App::diff`], `edgeprof view FILE --diff-base
+//! BASE`) the viewer shows the comparison: frames coloured by their change,
+//! the table with base, new and delta columns (see `compare`).
+//!
 //! [`App`] is a pure state machine: [`App::handle_key`] changes it and
 //! [`App::render`] draws it into any ratatui [`Frame`], so tests drive it
 //! with `TestBackend`. [`run_terminal`] is the only code here that touches a
@@ -8,7 +12,10 @@
 
 use std::io;
 
+mod compare;
 mod draw;
+
+pub use compare::{DiffBase, UNCHANGED_COLOR, change_color};
 
 use edgeprof_pprof::{Profile, SampleIndex};
 use ratatui::crossterm::event::{
@@ -18,10 +25,12 @@ use ratatui::crossterm::event::{
 use ratatui::crossterm::execute;
 use ratatui::style::Color;
 
+use crate::diff::DiffError;
 use crate::layout::{Layout, LayoutOptions};
 use crate::search::{Search, SearchMode};
-use crate::tree::{CallTree, Granularity, NodeId};
+use crate::tree::{CallTree, FrameId, Granularity, NodeId};
 use crate::view::View;
+use compare::Comparison;
 
 /// Background of frames the search matches.
 pub const MATCH_COLOR: Color = Color::Magenta;
@@ -66,6 +75,8 @@ pub struct App {
     pane_size: (u16, u16),
     /// Screen position of the middle pane's top-left cell at the last render.
     pane_origin: (u16, u16),
+    /// The base and the change per node, in diff mode.
+    comparison: Option<Comparison>,
 }
 
 impl App {
@@ -75,10 +86,38 @@ impl App {
         options: TerminalOptions,
     ) -> Result<App, edgeprof_pprof::ReportError> {
         let view = View::new(&profile, options.sample_index, options.granularity)?;
-        Ok(App {
+        Ok(App::with_view(profile, view, options.granularity, None))
+    }
+
+    /// A viewer of `profile` compared with `base` (`base` subtracted);
+    /// fails when the profiles are of different kinds, the sample index does
+    /// not exist or a per-request normalization lacks a request count.
+    pub fn diff(
+        profile: Profile,
+        base: DiffBase,
+        options: TerminalOptions,
+    ) -> Result<App, DiffError> {
+        let (view, nodes, diff) =
+            Comparison::compute(&base, &profile, options.sample_index, options.granularity)?;
+        let comparison = Comparison { base, nodes, diff };
+        Ok(App::with_view(
             profile,
             view,
-            granularity: options.granularity,
+            options.granularity,
+            Some(comparison),
+        ))
+    }
+
+    fn with_view(
+        profile: Profile,
+        view: View,
+        granularity: Granularity,
+        comparison: Option<Comparison>,
+    ) -> App {
+        App {
+            profile,
+            view,
+            granularity,
             pane: Pane::Flamegraph,
             selected: CallTree::ROOT,
             input: None,
@@ -89,7 +128,13 @@ impl App {
             message: None,
             pane_size: (80, 19),
             pane_origin: (0, 2),
-        })
+            comparison,
+        }
+    }
+
+    /// Whether the viewer shows a diff.
+    pub fn is_diff(&self) -> bool {
+        self.comparison.is_some()
     }
 
     /// The model shown.
@@ -275,10 +320,28 @@ impl App {
         self.keep_selection_visible();
     }
 
+    /// The number of table rows, and what the selected row is about.
+    fn table_selection(&self) -> (usize, Option<TableTarget>) {
+        let i = self.table_selected;
+        match &self.comparison {
+            Some(c) => {
+                let rows = c.rows(&self.view);
+                let target = rows
+                    .get(i)
+                    .map(|r| TableTarget::Function(r.function.clone()));
+                (rows.len(), target)
+            }
+            None => {
+                let rows = self.view.table();
+                (rows.len(), rows.get(i).map(|r| TableTarget::Frame(r.frame)))
+            }
+        }
+    }
+
     fn table_key(&mut self, code: KeyCode) {
-        let rows = self.view.table();
+        let (len, target) = self.table_selection();
         let page = usize::from(self.pane_size.1.saturating_sub(1)).max(1);
-        let last = rows.len().saturating_sub(1);
+        let last = len.saturating_sub(1);
         match code {
             KeyCode::Up => self.table_selected = self.table_selected.saturating_sub(1),
             KeyCode::Down => self.table_selected = (self.table_selected + 1).min(last),
@@ -286,10 +349,13 @@ impl App {
             KeyCode::PageDown => self.table_selected = (self.table_selected + page).min(last),
             KeyCode::Enter => {
                 // Show the function in the flamegraph: focus its heaviest node.
-                if let Some(row) = rows.get(self.table_selected) {
+                if let Some(target) = target {
                     let tree = self.view.tree();
                     let heaviest = (0..tree.nodes.len() as NodeId)
-                        .filter(|&n| tree.node(n).frame == row.frame)
+                        .filter(|&n| match &target {
+                            TableTarget::Frame(f) => tree.node(n).frame == *f,
+                            TableTarget::Function(name) => tree.frame(n).function == *name,
+                        })
                         .max_by_key(|&n| (tree.node(n).total, std::cmp::Reverse(n)));
                     if let Some(n) = heaviest {
                         self.view.focus_on(n);
@@ -321,7 +387,17 @@ impl App {
     /// A new tree for another sample type or granularity; the search and the
     /// sort carry over, focus and selection go back to the root.
     fn rebuild(&mut self, index: Option<SampleIndex>, granularity: Granularity) {
-        match View::new(&self.profile, index, granularity) {
+        let built = match &mut self.comparison {
+            Some(c) => Comparison::compute(&c.base, &self.profile, index, granularity)
+                .map(|(view, nodes, diff)| {
+                    c.nodes = nodes;
+                    c.diff = diff;
+                    view
+                })
+                .map_err(|e| e.to_string()),
+            None => View::new(&self.profile, index, granularity).map_err(|e| e.to_string()),
+        };
+        match built {
             Ok(mut view) => {
                 let pattern = self.view.search().map(|s| s.pattern.clone());
                 if let Some(search) = pattern.and_then(|p| Search::new(&p, self.search_mode).ok()) {
@@ -335,7 +411,7 @@ impl App {
                 self.table_selected = 0;
                 self.table_offset = 0;
             }
-            Err(e) => self.message = Some(e.to_string()),
+            Err(e) => self.message = Some(e),
         }
     }
 
@@ -360,8 +436,15 @@ impl App {
 /// what `edgeprof view FILE` calls. Restores the terminal on every exit,
 /// panics included.
 pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()> {
-    let mut app =
+    let app =
         App::new(profile, options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    run_app(app)
+}
+
+/// Runs `app` on the terminal until `q` or Ctrl-C (what `edgeprof view FILE
+/// --diff-base BASE` calls with an [`App::diff`]). Restores the terminal on
+/// every exit, panics included.
+pub fn run_app(mut app: App) -> io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let result = execute!(io::stdout(), EnableMouseCapture).and_then(|()| {
         loop {
@@ -378,4 +461,12 @@ pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()
     let released = execute!(io::stdout(), DisableMouseCapture);
     let restored = ratatui::try_restore();
     result.and(released).and(restored)
+}
+
+/// What a table row shows in the flamegraph on Enter.
+enum TableTarget {
+    /// The nodes of one frame (the plain table, by function or file:line).
+    Frame(FrameId),
+    /// The nodes of one function (the diff table's rows are by function).
+    Function(String),
 }

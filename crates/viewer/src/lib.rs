@@ -18,7 +18,8 @@
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
 //! - [`synthetic`]: deterministic large profiles for benchmarks and load
 //!   tests (the 1 M samples / 100 k stacks figure).
-//! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`.
+//! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`,
+//!   and of `edgeprof view --diff-base` (frames coloured by change).
 //!
 //! ```
 //! use edgeprof_pprof::{LineSpec, ProfileBuilder};

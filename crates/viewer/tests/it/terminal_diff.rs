@@ -177,3 +177,22 @@ fn diff_per_request_needs_both_request_counts() {
         "the base profile has no `requests: N` comment (needed to normalize per request)"
     );
 }
+
+#[test]
+fn diff_stays_a_diff_across_sample_types_and_granularities() {
+    let mut app = app();
+    // cpu is the default (last) type; `i` wraps to samples: one per stack,
+    // 3 in the base and 4 in the new profile.
+    assert!(press(&mut app, &[KeyCode::Char('i')]));
+    assert_eq!(app.view().tree().sample_type, "samples");
+    assert!(app.is_diff());
+    let s = screen_marked(&mut app, 80, 24, mark);
+    assert!(s.lines().next().unwrap().ends_with("diff 3 → 4"), "{s}");
+    assert!(press(&mut app, &[KeyCode::Char('g'), KeyCode::Char('t')]));
+    let s = screen_marked(&mut app, 80, 24, mark);
+    assert!(s.contains("+33.33%         0         1  encode"), "{s}");
+    assert!(
+        s.contains("diff: this profile against base before.pprof"),
+        "{s}"
+    );
+}

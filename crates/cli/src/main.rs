@@ -13,6 +13,7 @@
 mod history;
 mod offline;
 mod online;
+mod view;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -50,17 +51,9 @@ enum Command {
     Timeline(history::TimelineArgs),
     /// Functions ranked by flat or cumulative value, like `go tool pprof -top`.
     Top(offline::TopArgs),
-    /// Interactive flamegraph and table of a profile, in the terminal.
-    View {
-        /// Profile to open (`-` for stdin).
-        file: PathBuf,
-        /// Sample type shown first, by name or 0-based number.
-        #[arg(long, short = 'i')]
-        sample_index: Option<String>,
-        /// Merge frames by file:line instead of by function.
-        #[arg(long)]
-        by_line: bool,
-    },
+    /// Interactive flamegraph and table of a profile, in the terminal (of a
+    /// diff, coloured by change, with --diff-base).
+    View(view::ViewArgs),
     /// Merge profiles of one kind into one gzip'd pprof file.
     Merge {
         /// Profiles to merge (`.pprof`, gzip'd or raw).
@@ -90,11 +83,7 @@ fn main() -> ExitCode {
         Command::History(args) => history::history(&cli.connection, &args, &mut out),
         Command::Timeline(args) => history::timeline(&cli.connection, &args, &mut out),
         Command::Top(args) => offline::top(&args, &mut out),
-        Command::View {
-            file,
-            sample_index,
-            by_line,
-        } => offline::view(&file, sample_index.as_deref(), by_line),
+        Command::View(args) => view::view(&args),
         Command::Merge { files, output } => offline::merge(&files, &output),
         Command::Collapse(args) => offline::collapse(&args, &mut out),
         Command::Tags(args) => offline::tags(&args, &mut out),

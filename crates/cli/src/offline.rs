@@ -37,13 +37,15 @@ pub struct TopArgs {
     pub focus: FocusArgs,
 }
 
-/// The comparison flags of `top` and `collapse`.
+/// The comparison flags of `top`, `collapse` and `view`.
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
     /// Compare with this profile (`go tool pprof -diff_base`): `top`'s flat
     /// and cum are FILE minus BASE, percentages of BASE's total; `collapse`
     /// prints `stack BASE_VALUE FILE_VALUE` per line (two-column folded
-    /// stacks for difffolded-style tools), 0 where a side lacks the stack.
+    /// stacks for difffolded-style tools), 0 where a side lacks the stack;
+    /// `view` colours each frame by FILE minus BASE (red more, green less)
+    /// and its table shows BASE, FILE and the change.
     #[arg(long, value_name = "BASE")]
     pub diff_base: Option<PathBuf>,
     /// With --diff-base: scale FILE to BASE's total (`total`, pprof's
@@ -54,7 +56,7 @@ pub struct CompareArgs {
 }
 
 impl CompareArgs {
-    fn normalize(&self) -> Normalize {
+    pub fn normalize(&self) -> Normalize {
         self.normalize.map_or(Normalize::None, Normalize::from)
     }
 }
@@ -134,7 +136,7 @@ fn read_focused(path: &Path, focuses: &[LabelFocus]) -> Result<Profile> {
 }
 
 /// A comparison error, naming the file it is about.
-fn diff_error(e: DiffError, base: &Path, new: &Path) -> anyhow::Error {
+pub fn diff_error(e: DiffError, base: &Path, new: &Path) -> anyhow::Error {
     match e.side() {
         Some(Side::Base) => anyhow!("{}: {e}", base.display()),
         Some(Side::New) => anyhow!("{}: {e}", new.display()),
@@ -157,7 +159,7 @@ pub fn read_profile(path: &Path) -> Result<Profile> {
     edgeprof_pprof::decode(&bytes).map_err(|e| anyhow!("{name}: {e}"))
 }
 
-fn sample_index(arg: Option<&str>) -> Option<SampleIndex> {
+pub fn sample_index(arg: Option<&str>) -> Option<SampleIndex> {
     arg.map(|s| s.parse().expect("parsing a SampleIndex is infallible"))
 }
 
@@ -546,31 +548,5 @@ pub fn collapse(args: &CollapseArgs, out: &mut impl Write) -> Result<ExitCode> {
     for (stack, value) in stacks {
         writeln!(out, "{stack} {value}")?;
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-pub fn view(file: &Path, index: Option<&str>, by_line: bool) -> Result<ExitCode> {
-    use std::io::IsTerminal;
-    let profile = read_profile(file)?;
-    if !std::io::stdout().is_terminal() {
-        return Err(anyhow!(
-            "{}: `edgeprof view` needs a terminal; use `edgeprof top` or `collapse` for text",
-            file.display()
-        ));
-    }
-    let sample_index = sample_index(index);
-    // Fail before taking over the screen when the sample index is wrong.
-    edgeprof_pprof::resolve_sample_index(&profile, sample_index.as_ref())
-        .map_err(|e| anyhow!("{}: {e}", file.display()))?;
-    let options = edgeprof_viewer::terminal::TerminalOptions {
-        sample_index,
-        granularity: if by_line {
-            edgeprof_viewer::Granularity::FileLine
-        } else {
-            edgeprof_viewer::Granularity::Function
-        },
-    };
-    edgeprof_viewer::terminal::run_terminal(profile, options)
-        .with_context(|| format!("{}: terminal viewer", file.display()))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,13 +11,15 @@
 //! - [`diff`](diff()): two profiles of one kind compared with `go tool pprof
 //!   -diff_base` semantics (both sides and the change per function), raw or
 //!   normalized by total or per request; [`diff_collapse`] for two-column
-//!   folded stacks.
+//!   folded stacks; [`diff_tree`] merges both call trees for a diff
+//!   flamegraph (widths by base + new, colour by the change).
 //! - [`label_shares`] and [`LabelFocus`]: label keys and values with their
 //!   share (`go tool pprof -tags`), and a `KEY=VALUE` focus (`-tagfocus`).
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
 //! - [`synthetic`]: deterministic large profiles for benchmarks and load
 //!   tests (the 1 M samples / 100 k stacks figure).
-//! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`.
+//! - `terminal` (feature `terminal`): the ratatui viewer of `edgeprof view`,
+//!   and of `edgeprof view --diff-base` (frames coloured by change).
 //!
 //! ```
 //! use edgeprof_pprof::{LineSpec, ProfileBuilder};
@@ -48,6 +50,7 @@
 //! dashboard. Only `terminal` may touch a terminal.
 
 mod diff;
+mod diff_tree;
 mod labels;
 mod layout;
 mod search;
@@ -64,6 +67,7 @@ pub use diff::{
     Diff, DiffError, DiffOptions, DiffRow, DiffValues, Normalize, Side, diff, diff_collapse,
     normalized, requests, sort_rows,
 };
+pub use diff_tree::{DiffNodes, diff_tree};
 pub use labels::{LabelFocus, LabelFocusError, LabelKey, LabelValue, focus_all, label_shares};
 pub use layout::{Block, BlockKind, Layout, LayoutOptions};
 pub use search::{Search, SearchError, SearchMode, SearchResult};

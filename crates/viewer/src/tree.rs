@@ -280,6 +280,29 @@ impl CallTree {
         Ok(tree)
     }
 
+    /// A tree of `frames` and `nodes` (`frames[0]` and `nodes[0]` the root,
+    /// parents before children) of the sample type and granularity of `like`.
+    pub(crate) fn from_nodes(
+        like: &CallTree,
+        frames: Vec<FrameInfo>,
+        nodes: Vec<Node>,
+    ) -> CallTree {
+        let mut tree = CallTree {
+            frames,
+            nodes,
+            children: Vec::new(),
+            child_start: Vec::new(),
+            sample_index: like.sample_index,
+            sample_type: like.sample_type.clone(),
+            unit: like.unit.clone(),
+            sample_types: like.sample_types.clone(),
+            samples_type: like.samples_type.clone(),
+            granularity: like.granularity,
+        };
+        tree.index_children();
+        tree
+    }
+
     fn index_children(&mut self) {
         let n = self.nodes.len();
         let mut start = vec![0u32; n + 1];

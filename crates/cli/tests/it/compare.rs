@@ -1,4 +1,5 @@
-//! `edgeprof top --diff-base`, `tags`, `collapse --diff-base` and `--tag`
+//! `edgeprof top --diff-base`, `tags`, `collapse --diff-base`, `view
+//! --diff-base` (up to the terminal) and `--tag`
 //! on profiles built by hand: their text and their errors.
 
 use std::path::{Path, PathBuf};
@@ -179,6 +180,15 @@ fn comparison_errors_are_one_line_naming_the_file_or_flag() {
                 "requests",
             ],
             "bare.pprof: the new profile has no",
+        ),
+        // `view` checks the comparison before it needs a terminal.
+        (
+            vec!["view", &f.new, "--diff-base", &f.heap],
+            "different kinds",
+        ),
+        (
+            vec!["view", &f.new, "--diff-base", &f.base],
+            "new.pprof: `edgeprof view` needs a terminal",
         ),
         (
             vec!["top", &f.new, "--tag", "data_center"],

@@ -2,6 +2,7 @@
 //! diff table (or label shares) as text out, with values worked out by hand.
 
 use edgeprof_pprof::{LineSpec, Profile, ProfileBuilder, TopOptions, TopSort};
+use edgeprof_viewer::{CallTree, TreeOptions};
 use edgeprof_viewer::{
     Diff, DiffError, DiffOptions, LabelFocus, Normalize, Side, diff, diff_collapse, focus_all,
     label_shares,
@@ -348,4 +349,75 @@ fn label_focus_refuses_what_is_not_key_value() {
             format!("{bad:?} is not KEY=VALUE[,VALUE…] (e.g. data_center=lhr)")
         );
     }
+}
+
+/// The merged tree as indented lines `name base new change`, widest (base +
+/// new) first.
+fn render_tree(base: &str, new: &str, normalize: Normalize) -> String {
+    let (tree, nodes) = edgeprof_viewer::diff_tree(
+        &folded(base),
+        &folded(new),
+        &TreeOptions::default(),
+        normalize,
+    )
+    .expect("diff tree");
+    let mut out = String::new();
+    let mut stack = vec![CallTree::ROOT];
+    while let Some(id) = stack.pop() {
+        let i = id as usize;
+        out.push_str(&format!(
+            "{:indent$}{} {} {} {:+}\n",
+            "",
+            tree.frame(id).function,
+            nodes.base[i],
+            nodes.new[i],
+            nodes.change(id),
+            indent = tree.node(id).depth as usize * 2
+        ));
+        assert_eq!(tree.node(id).total, nodes.base[i] + nodes.new[i]);
+        stack.extend(tree.children(id).iter().rev());
+    }
+    out.push_str(&format!("total {}\n", nodes.total));
+    out
+}
+
+#[test]
+fn diff_tree_merges_both_trees_with_widths_of_base_plus_new() {
+    let text = render_tree(
+        "main;parse 60
+         main;render 40
+         gc 10",
+        "main;parse 20
+         main;render 50
+         main;encode 30",
+        Normalize::None,
+    );
+    // render 90 is widest under main, then parse 80; encode exists only in
+    // the new profile and gc only in the base: both are drawn.
+    let expect = "\
+all 110 100 -10
+  main 100 100 +0
+    render 40 50 +10
+    parse 60 20 -40
+    encode 0 30 +30
+  gc 10 0 -10
+total 110
+";
+    assert_eq!(text, expect);
+}
+
+#[test]
+fn diff_tree_normalized_per_request() {
+    let base = with_requests("main;work 100", Some(10));
+    let new = with_requests("main;work 300", Some(20));
+    // New scaled by 10/20: work costs 15 per request against 10.
+    let (tree, nodes) =
+        edgeprof_viewer::diff_tree(&base, &new, &TreeOptions::default(), Normalize::Requests)
+            .expect("diff tree");
+    let work = tree.children(tree.children(CallTree::ROOT)[0])[0];
+    assert_eq!(
+        (nodes.base[work as usize], nodes.new[work as usize]),
+        (100, 150)
+    );
+    assert_eq!(nodes.share(work), 0.5);
 }

@@ -10,3 +10,5 @@ mod properties;
 mod profiles;
 #[cfg(feature = "terminal")]
 mod terminal;
+#[cfg(feature = "terminal")]
+mod terminal_diff;

@@ -9,6 +9,7 @@ use edgeprof_viewer::terminal::{App, FOLDED_COLOR, MATCH_COLOR, Pane, TerminalOp
 use insta::assert_snapshot;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
+use ratatui::buffer::{Buffer, Cell};
 use ratatui::crossterm::event::{
     KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
@@ -25,9 +26,38 @@ fn heap() -> App {
 }
 
 fn screen(app: &mut App, width: u16, height: u16) -> String {
+    screen_marked(app, width, height, mark)
+}
+
+/// `S` selected (reversed), `M` search match, `…` folded block, `.` other.
+pub fn mark(cell: &Cell) -> char {
+    if cell.modifier.contains(Modifier::REVERSED) {
+        'S'
+    } else if cell.bg == MATCH_COLOR {
+        'M'
+    } else if cell.bg == FOLDED_COLOR {
+        '…'
+    } else {
+        '.'
+    }
+}
+
+/// The screen drawn into a `TestBackend` buffer.
+pub fn draw(app: &mut App, width: u16, height: u16) -> Buffer {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|frame| app.render(frame)).unwrap();
-    let buf = terminal.backend().buffer();
+    terminal.backend().buffer().clone()
+}
+
+/// The screen's text, `---`, then one character per cell from `mark`
+/// (trailing `.`s trimmed).
+pub fn screen_marked(
+    app: &mut App,
+    width: u16,
+    height: u16,
+    mark: impl Fn(&Cell) -> char,
+) -> String {
+    let buf = draw(app, width, height);
     let mut text = String::new();
     let mut mask = String::new();
     for y in 0..height {
@@ -36,15 +66,7 @@ fn screen(app: &mut App, width: u16, height: u16) -> String {
         for x in 0..width {
             let cell = &buf[(x, y)];
             line.push_str(cell.symbol());
-            marks.push(if cell.modifier.contains(Modifier::REVERSED) {
-                'S'
-            } else if cell.bg == MATCH_COLOR {
-                'M'
-            } else if cell.bg == FOLDED_COLOR {
-                '…'
-            } else {
-                '.'
-            });
+            marks.push(mark(cell));
         }
         text.push_str(line.trim_end());
         text.push('\n');
@@ -54,7 +76,7 @@ fn screen(app: &mut App, width: u16, height: u16) -> String {
     format!("{text}---\n{mask}")
 }
 
-fn press(app: &mut App, keys: &[KeyCode]) -> bool {
+pub fn press(app: &mut App, keys: &[KeyCode]) -> bool {
     keys.iter()
         .all(|&code| app.handle_key(KeyEvent::new(code, KeyModifiers::NONE)))
 }

@@ -1,6 +1,10 @@
 //! The terminal viewer of `edgeprof view FILE`: a flamegraph pane (or the
 //! function table), a status line, a details bar and a help line.
 //!
+//! With a base profile ([`App::diff`], `edgeprof view FILE --diff-base
+//! BASE`) the viewer shows the comparison: frames coloured by their change,
+//! the table with base, new and delta columns (see `compare`).
+//!
 //! [`App`] is a pure state machine: [`App::handle_key`] changes it and
 //! [`App::render`] draws it into any ratatui [`Frame`], so tests drive it
 //! with `TestBackend`. [`run_terminal`] is the only code here that touches a
@@ -8,22 +12,25 @@
 
 use std::io;
 
+mod compare;
+mod draw;
+
+pub use compare::{DiffBase, UNCHANGED_COLOR, change_color};
+
 use edgeprof_pprof::{Profile, SampleIndex};
-use ratatui::Frame;
-use ratatui::buffer::Buffer;
 use ratatui::crossterm::event::{
     self, DisableMouseCapture, EnableMouseCapture, Event, KeyCode, KeyEvent, KeyEventKind,
     KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 use ratatui::crossterm::execute;
-use ratatui::layout::Rect;
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::style::Color;
 
-use crate::layout::{BlockKind, Layout, LayoutOptions};
+use crate::diff::DiffError;
+use crate::layout::{Layout, LayoutOptions};
 use crate::search::{Search, SearchMode};
-use crate::table::TableRow;
-use crate::tree::{CallTree, Granularity, NodeId};
+use crate::tree::{CallTree, FrameId, Granularity, NodeId};
 use crate::view::View;
+use compare::Comparison;
 
 /// Background of frames the search matches.
 pub const MATCH_COLOR: Color = Color::Magenta;
@@ -68,6 +75,8 @@ pub struct App {
     pane_size: (u16, u16),
     /// Screen position of the middle pane's top-left cell at the last render.
     pane_origin: (u16, u16),
+    /// The base and the change per node, in diff mode.
+    comparison: Option<Comparison>,
 }
 
 impl App {
@@ -77,10 +86,38 @@ impl App {
         options: TerminalOptions,
     ) -> Result<App, edgeprof_pprof::ReportError> {
         let view = View::new(&profile, options.sample_index, options.granularity)?;
-        Ok(App {
+        Ok(App::with_view(profile, view, options.granularity, None))
+    }
+
+    /// A viewer of `profile` compared with `base` (`base` subtracted);
+    /// fails when the profiles are of different kinds, the sample index does
+    /// not exist or a per-request normalization lacks a request count.
+    pub fn diff(
+        profile: Profile,
+        base: DiffBase,
+        options: TerminalOptions,
+    ) -> Result<App, DiffError> {
+        let (view, nodes, diff) =
+            Comparison::compute(&base, &profile, options.sample_index, options.granularity)?;
+        let comparison = Comparison { base, nodes, diff };
+        Ok(App::with_view(
             profile,
             view,
-            granularity: options.granularity,
+            options.granularity,
+            Some(comparison),
+        ))
+    }
+
+    fn with_view(
+        profile: Profile,
+        view: View,
+        granularity: Granularity,
+        comparison: Option<Comparison>,
+    ) -> App {
+        App {
+            profile,
+            view,
+            granularity,
             pane: Pane::Flamegraph,
             selected: CallTree::ROOT,
             input: None,
@@ -91,7 +128,13 @@ impl App {
             message: None,
             pane_size: (80, 19),
             pane_origin: (0, 2),
-        })
+            comparison,
+        }
+    }
+
+    /// Whether the viewer shows a diff.
+    pub fn is_diff(&self) -> bool {
+        self.comparison.is_some()
     }
 
     /// The model shown.
@@ -277,10 +320,28 @@ impl App {
         self.keep_selection_visible();
     }
 
+    /// The number of table rows, and what the selected row is about.
+    fn table_selection(&self) -> (usize, Option<TableTarget>) {
+        let i = self.table_selected;
+        match &self.comparison {
+            Some(c) => {
+                let rows = c.rows(&self.view);
+                let target = rows
+                    .get(i)
+                    .map(|r| TableTarget::Function(r.function.clone()));
+                (rows.len(), target)
+            }
+            None => {
+                let rows = self.view.table();
+                (rows.len(), rows.get(i).map(|r| TableTarget::Frame(r.frame)))
+            }
+        }
+    }
+
     fn table_key(&mut self, code: KeyCode) {
-        let rows = self.view.table();
+        let (len, target) = self.table_selection();
         let page = usize::from(self.pane_size.1.saturating_sub(1)).max(1);
-        let last = rows.len().saturating_sub(1);
+        let last = len.saturating_sub(1);
         match code {
             KeyCode::Up => self.table_selected = self.table_selected.saturating_sub(1),
             KeyCode::Down => self.table_selected = (self.table_selected + 1).min(last),
@@ -288,10 +349,13 @@ impl App {
             KeyCode::PageDown => self.table_selected = (self.table_selected + page).min(last),
             KeyCode::Enter => {
                 // Show the function in the flamegraph: focus its heaviest node.
-                if let Some(row) = rows.get(self.table_selected) {
+                if let Some(target) = target {
                     let tree = self.view.tree();
                     let heaviest = (0..tree.nodes.len() as NodeId)
-                        .filter(|&n| tree.node(n).frame == row.frame)
+                        .filter(|&n| match &target {
+                            TableTarget::Frame(f) => tree.node(n).frame == *f,
+                            TableTarget::Function(name) => tree.frame(n).function == *name,
+                        })
                         .max_by_key(|&n| (tree.node(n).total, std::cmp::Reverse(n)));
                     if let Some(n) = heaviest {
                         self.view.focus_on(n);
@@ -323,7 +387,17 @@ impl App {
     /// A new tree for another sample type or granularity; the search and the
     /// sort carry over, focus and selection go back to the root.
     fn rebuild(&mut self, index: Option<SampleIndex>, granularity: Granularity) {
-        match View::new(&self.profile, index, granularity) {
+        let built = match &mut self.comparison {
+            Some(c) => Comparison::compute(&c.base, &self.profile, index, granularity)
+                .map(|(view, nodes, diff)| {
+                    c.nodes = nodes;
+                    c.diff = diff;
+                    view
+                })
+                .map_err(|e| e.to_string()),
+            None => View::new(&self.profile, index, granularity).map_err(|e| e.to_string()),
+        };
+        match built {
             Ok(mut view) => {
                 let pattern = self.view.search().map(|s| s.pattern.clone());
                 if let Some(search) = pattern.and_then(|p| Search::new(&p, self.search_mode).ok()) {
@@ -337,7 +411,7 @@ impl App {
                 self.table_selected = 0;
                 self.table_offset = 0;
             }
-            Err(e) => self.message = Some(e.to_string()),
+            Err(e) => self.message = Some(e),
         }
     }
 
@@ -356,298 +430,21 @@ impl App {
             self.flame_offset = depth + 1 - height;
         }
     }
-
-    /// Draws the whole screen into `frame`.
-    pub fn render(&mut self, frame: &mut Frame<'_>) {
-        let area = frame.area();
-        let buf = frame.buffer_mut();
-        if area.height < 5 || area.width < 10 {
-            buf.set_stringn(
-                area.x,
-                area.y,
-                "terminal too small",
-                area.width as usize,
-                Style::default(),
-            );
-            return;
-        }
-        let pane = Rect::new(area.x, area.y + 2, area.width, area.height - 5);
-        let resized = self.pane_size != (pane.width, pane.height);
-        self.pane_size = (pane.width, pane.height);
-        self.pane_origin = (pane.x, pane.y);
-        if resized {
-            self.keep_selection_visible();
-        }
-        let bottom = area.y + area.height;
-        self.render_title(buf, Rect::new(area.x, area.y, area.width, 1));
-        self.render_breadcrumbs(buf, Rect::new(area.x, area.y + 1, area.width, 1));
-        match self.pane {
-            Pane::Flamegraph => self.render_flamegraph(buf, pane),
-            Pane::Table => self.render_table(buf, pane),
-        }
-        self.render_status(buf, Rect::new(area.x, bottom - 3, area.width, 1));
-        self.render_details(buf, Rect::new(area.x, bottom - 2, area.width, 1));
-        let help = match (self.input.is_some(), self.pane) {
-            (true, _) => "type a pattern  ⏎ search  tab substring/regex  esc cancel",
-            (false, Pane::Flamegraph) => {
-                "←↑↓→ move  ⏎ focus  esc up  a all  / search  t table  s sort  i sample  g lines  q quit"
-            }
-            (false, Pane::Table) => {
-                "↑↓ move  ⏎ show in graph  s sort  / search  t graph  i sample  q quit"
-            }
-        };
-        let dim = Style::default().add_modifier(Modifier::DIM);
-        buf.set_stringn(area.x, bottom - 1, help, area.width as usize, dim);
-    }
-
-    fn render_title(&self, buf: &mut Buffer, area: Rect) {
-        let tree = self.view.tree();
-        let title = format!(
-            " edgeprof view · {} ({}) [{}/{}] · by {} · total {}",
-            tree.sample_type,
-            tree.unit,
-            tree.sample_index + 1,
-            tree.sample_types.len(),
-            match tree.granularity {
-                Granularity::Function => "function",
-                Granularity::FileLine => "file:line",
-            },
-            tree.format(tree.total()),
-        );
-        let style = Style::default().add_modifier(Modifier::BOLD);
-        buf.set_style(area, style);
-        buf.set_stringn(area.x, area.y, title, area.width as usize, style);
-    }
-
-    fn render_breadcrumbs(&self, buf: &mut Buffer, area: Rect) {
-        let crumbs: Vec<String> = self
-            .view
-            .breadcrumbs()
-            .into_iter()
-            .map(|c| c.name)
-            .collect();
-        let mut text = format!(" {}", crumbs.join(" › "));
-        let width = area.width as usize;
-        if text.chars().count() > width {
-            // Keep the end of the path: the focused frame matters most.
-            let skip = text.chars().count() - width + 2;
-            text = format!(" …{}", text.chars().skip(skip + 1).collect::<String>());
-        }
-        buf.set_stringn(
-            area.x,
-            area.y,
-            text,
-            width,
-            Style::default().fg(Color::Cyan),
-        );
-    }
-
-    fn render_flamegraph(&self, buf: &mut Buffer, area: Rect) {
-        let layout = self.layout();
-        let tree = self.view.tree();
-        for row in 0..area.height as usize {
-            let depth = self.flame_offset + row;
-            let y = area.y + row as u16;
-            for block in layout.row(depth) {
-                let x = area.x + block.x as u16;
-                let w = block.width as u16;
-                let (label, mut style) = match block.kind {
-                    BlockKind::Frame(id) => {
-                        let name = tree.frame(id).function.as_str();
-                        let bg = if self.view.matches(id) {
-                            MATCH_COLOR
-                        } else {
-                            frame_color(name)
-                        };
-                        (name, Style::default().fg(Color::Black).bg(bg))
-                    }
-                    BlockKind::Folded { .. } => {
-                        ("…", Style::default().fg(Color::White).bg(FOLDED_COLOR))
-                    }
-                };
-                if block.node() == Some(self.selected) {
-                    style = style.add_modifier(Modifier::REVERSED | Modifier::BOLD);
-                }
-                buf.set_style(Rect::new(x, y, w, 1), style);
-                // The last cell stays blank so neighbours read apart in
-                // monochrome too.
-                let room = if w > 1 { w - 1 } else { 1 };
-                buf.set_stringn(x, y, label, room as usize, style);
-            }
-        }
-        if layout.depth() == 0 {
-            buf.set_stringn(
-                area.x,
-                area.y,
-                " no samples with a non-zero value",
-                area.width as usize,
-                Style::default(),
-            );
-        }
-    }
-
-    fn render_table(&mut self, buf: &mut Buffer, area: Rect) {
-        let tree = self.view.tree();
-        let rows = self.view.table();
-        let sort = self.view.sort();
-        let mark = |col: crate::SortColumn, name: &str| {
-            if col == sort {
-                format!("{name}▼")
-            } else {
-                name.to_owned()
-            }
-        };
-        let header = format!(
-            "{:>9} {:>7} {:>9} {:>7}  {}",
-            mark(crate::SortColumn::SelfValue, "Self"),
-            "Self%",
-            mark(crate::SortColumn::Total, "Total"),
-            "Total%",
-            mark(crate::SortColumn::Name, "Function"),
-        );
-        let bold = Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
-        buf.set_style(Rect::new(area.x, area.y, area.width, 1), bold);
-        buf.set_stringn(area.x, area.y, header, area.width as usize, bold);
-        let visible = usize::from(area.height.saturating_sub(1));
-        self.table_selected = self.table_selected.min(rows.len().saturating_sub(1));
-        if self.table_selected < self.table_offset {
-            self.table_offset = self.table_selected;
-        } else if visible > 0 && self.table_selected >= self.table_offset + visible {
-            self.table_offset = self.table_selected + 1 - visible;
-        }
-        if rows.is_empty() {
-            let text = match self.view.search() {
-                Some(s) => format!(" no function matches {:?}", s.pattern),
-                None => " no samples with a non-zero value".into(),
-            };
-            buf.set_stringn(
-                area.x,
-                area.y + 1,
-                text,
-                area.width as usize,
-                Style::default(),
-            );
-        }
-        for (i, row) in rows
-            .iter()
-            .enumerate()
-            .skip(self.table_offset)
-            .take(visible)
-        {
-            let y = area.y + 1 + (i - self.table_offset) as u16;
-            let style = if i == self.table_selected {
-                Style::default().add_modifier(Modifier::REVERSED)
-            } else {
-                Style::default()
-            };
-            buf.set_style(Rect::new(area.x, y, area.width, 1), style);
-            buf.set_stringn(area.x, y, table_line(tree, row), area.width as usize, style);
-        }
-    }
-
-    fn render_status(&self, buf: &mut Buffer, area: Rect) {
-        let width = area.width as usize;
-        if let Some(input) = &self.input {
-            let mode = match self.search_mode {
-                SearchMode::Substring => "search",
-                SearchMode::Regex => "regex",
-            };
-            let text = format!("{mode}: /{input}▏");
-            buf.set_stringn(
-                area.x,
-                area.y,
-                text,
-                width,
-                Style::default().fg(Color::Yellow),
-            );
-        } else if let Some(message) = &self.message {
-            buf.set_stringn(
-                area.x,
-                area.y,
-                message,
-                width,
-                Style::default().fg(Color::Red),
-            );
-        } else if let Some(search) = self.view.search() {
-            let text = search.summary(self.view.tree());
-            buf.set_stringn(
-                area.x,
-                area.y,
-                text,
-                width,
-                Style::default().fg(MATCH_COLOR),
-            );
-        }
-    }
-
-    fn render_details(&self, buf: &mut Buffer, area: Rect) {
-        let tree = self.view.tree();
-        let text = match self.pane {
-            Pane::Flamegraph => tree.details(self.selected).to_line(tree),
-            Pane::Table => match self.view.table().get(self.table_selected) {
-                Some(row) => {
-                    let mut t = row.function.clone();
-                    if !row.location.is_empty() {
-                        t = format!("{t}  {}", row.location);
-                    }
-                    format!(
-                        "{t}  self {} ({:.1}%)  total {} ({:.1}%)",
-                        tree.format(row.self_value),
-                        row.self_percent,
-                        tree.format(row.total),
-                        row.total_percent
-                    )
-                }
-                None => String::new(),
-            },
-        };
-        let style = Style::default().add_modifier(Modifier::REVERSED);
-        buf.set_style(area, style);
-        buf.set_stringn(
-            area.x,
-            area.y,
-            format!(" {text}"),
-            area.width as usize,
-            style,
-        );
-    }
-}
-
-fn table_line(tree: &CallTree, row: &TableRow) -> String {
-    let mut line = format!(
-        "{:>9} {:>6.2}% {:>9} {:>6.2}%  {}",
-        tree.format(row.self_value),
-        row.self_percent,
-        tree.format(row.total),
-        row.total_percent,
-        row.function
-    );
-    if !row.location.is_empty() {
-        line.push_str("  ");
-        line.push_str(&row.location);
-    }
-    line
-}
-
-/// A warm colour per function name, stable across runs (FNV-1a), as
-/// flamegraphs colour frames.
-fn frame_color(name: &str) -> Color {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in name.bytes() {
-        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-    }
-    let r = 205 + (h % 50) as u8;
-    let g = 90 + ((h >> 8) % 140) as u8;
-    let b = ((h >> 16) % 55) as u8;
-    Color::Rgb(r, g, b)
 }
 
 /// Runs the viewer on the terminal until `q` or Ctrl-C:
 /// what `edgeprof view FILE` calls. Restores the terminal on every exit,
 /// panics included.
 pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()> {
-    let mut app =
+    let app =
         App::new(profile, options).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    run_app(app)
+}
+
+/// Runs `app` on the terminal until `q` or Ctrl-C (what `edgeprof view FILE
+/// --diff-base BASE` calls with an [`App::diff`]). Restores the terminal on
+/// every exit, panics included.
+pub fn run_app(mut app: App) -> io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let result = execute!(io::stdout(), EnableMouseCapture).and_then(|()| {
         loop {
@@ -664,4 +461,12 @@ pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()
     let released = execute!(io::stdout(), DisableMouseCapture);
     let restored = ratatui::try_restore();
     result.and(released).and(restored)
+}
+
+/// What a table row shows in the flamegraph on Enter.
+enum TableTarget {
+    /// The nodes of one frame (the plain table, by function or file:line).
+    Frame(FrameId),
+    /// The nodes of one function (the diff table's rows are by function).
+    Function(String),
 }

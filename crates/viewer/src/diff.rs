@@ -272,6 +272,19 @@ pub fn normalized<'a>(
 pub fn diff(base: &Profile, new: &Profile, options: &DiffOptions) -> Result<Diff, DiffError> {
     let (new, new_scale, vi) =
         normalized(base, new, options.sample_index.as_ref(), options.normalize)?;
+    diff_normalized(base, &new, new_scale, vi, options)
+}
+
+/// [`diff`] of `new` as [`normalized`] returned it (scaled by `new_scale`,
+/// sample type `vi` resolved): for callers that also build other views of
+/// the same comparison and so normalize once.
+pub(crate) fn diff_normalized(
+    base: &Profile,
+    new: &Profile,
+    new_scale: f64,
+    vi: usize,
+    options: &DiffOptions,
+) -> Result<Diff, DiffError> {
     let all = TopOptions {
         sample_index: Some(SampleIndex::Position(vi)),
         node_fraction: 0.0,
@@ -281,7 +294,7 @@ pub fn diff(base: &Profile, new: &Profile, options: &DiffOptions) -> Result<Diff
         edgeprof_pprof::top(p, &all).map_err(|source| DiffError::Report { side, source })
     };
     let b = side_top(base, Side::Base)?;
-    let n = side_top(&new, Side::New)?;
+    let n = side_top(new, Side::New)?;
 
     // A function is a row when a nonzero sample of either side reaches it,
     // which is what `top` with no cutoff lists.
@@ -339,7 +352,7 @@ pub fn diff(base: &Profile, new: &Profile, options: &DiffOptions) -> Result<Diff
         base_total: b.total,
         new_total: n.total,
         new_scale,
-        requests: requests(base).zip(requests(&new)),
+        requests: requests(base).zip(requests(new)),
         rows,
         dropped_nodes,
         node_cutoff,

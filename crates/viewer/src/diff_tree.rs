@@ -51,15 +51,27 @@ pub fn diff_tree(
     normalize: Normalize,
 ) -> Result<(CallTree, DiffNodes), DiffError> {
     let (new, _, vi) = normalized(base, new, options.sample_index.as_ref(), normalize)?;
+    diff_tree_normalized(base, &new, vi, options.granularity)
+}
+
+/// [`diff_tree`] of `new` as [`normalized`] returned it (sample type `vi`
+/// resolved): for callers that also build the rows of the same comparison
+/// and so normalize once.
+pub(crate) fn diff_tree_normalized(
+    base: &Profile,
+    new: &Profile,
+    vi: usize,
+    granularity: Granularity,
+) -> Result<(CallTree, DiffNodes), DiffError> {
     let options = TreeOptions {
         sample_index: Some(SampleIndex::Position(vi)),
-        granularity: options.granularity,
+        granularity,
     };
     let side_tree = |p: &Profile, side| {
         CallTree::build(p, &options).map_err(|source| DiffError::Report { side, source })
     };
     let base_tree = side_tree(base, Side::Base)?;
-    let new_tree = side_tree(&new, Side::New)?;
+    let new_tree = side_tree(new, Side::New)?;
 
     let root = Node {
         self_value: 0,

@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use edgeprof_pprof::{Profile, SampleIndex, TopSort};
 use ratatui::style::Color;
 
-use crate::diff::{Diff, DiffError, DiffOptions, DiffRow, Normalize, diff};
-use crate::diff_tree::{DiffNodes, diff_tree};
+use crate::diff::{Diff, DiffError, DiffOptions, DiffRow, Normalize, diff_normalized, normalized};
+use crate::diff_tree::{DiffNodes, diff_tree_normalized};
 use crate::table::SortColumn;
-use crate::tree::{CallTree, Granularity, NodeId, TreeOptions};
+use crate::tree::{CallTree, Granularity, NodeId};
 use crate::view::View;
 
 /// Background of frames whose value did not change.
@@ -50,21 +50,16 @@ impl Comparison {
         sample_index: Option<SampleIndex>,
         granularity: Granularity,
     ) -> Result<(View, DiffNodes, Diff), DiffError> {
-        let options = TreeOptions {
-            sample_index,
-            granularity,
+        // Normalized once, for the flamegraph and the rows alike.
+        let (scaled, factor, vi) =
+            normalized(&base.profile, new, sample_index.as_ref(), base.normalize)?;
+        let (tree, nodes) = diff_tree_normalized(&base.profile, &scaled, vi, granularity)?;
+        let options = DiffOptions {
+            sample_index: Some(SampleIndex::Position(vi)),
+            node_fraction: 0.0,
+            ..DiffOptions::default()
         };
-        let (tree, nodes) = diff_tree(&base.profile, new, &options, base.normalize)?;
-        let rows = diff(
-            &base.profile,
-            new,
-            &DiffOptions {
-                sample_index: Some(SampleIndex::Position(tree.sample_index)),
-                normalize: base.normalize,
-                node_fraction: 0.0,
-                ..DiffOptions::default()
-            },
-        )?;
+        let rows = diff_normalized(&base.profile, &scaled, factor, vi, &options)?;
         Ok((View::from_tree(tree), nodes, rows))
     }
 

@@ -196,3 +196,26 @@ fn diff_stays_a_diff_across_sample_types_and_granularities() {
         "{s}"
     );
 }
+
+#[test]
+fn diff_normalized_to_the_base_total_compares_shares() {
+    // Base a 10, b 10; new a 30, b 10, scaled by 20 / 40 to a 15, b 5.
+    let base = DiffBase {
+        profile: folded("main;a 10\nmain;b 10"),
+        name: "before.pprof".into(),
+        normalize: Normalize::Total,
+    };
+    let mut app = App::diff(
+        folded("main;a 30\nmain;b 10"),
+        base,
+        TerminalOptions::default(),
+    )
+    .unwrap();
+    let s = screen_marked(&mut app, 80, 24, mark);
+    assert!(s.lines().next().unwrap().ends_with("→ 20ns"), "{s}");
+    assert!(press(&mut app, &[KeyCode::Char('t')]));
+    let s = screen_marked(&mut app, 80, 24, mark);
+    assert!(s.contains("+25.00%"), "{s}");
+    assert!(s.contains("-25.00%"), "{s}");
+    assert!(s.contains("(scaled to the base's total)"), "{s}");
+}

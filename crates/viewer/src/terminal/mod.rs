@@ -6,9 +6,9 @@
 //! the table with base, new and delta columns (see `compare`).
 //!
 //! [`App`] is a pure state machine: [`App::handle_key`] changes it and
-//! [`App::render`] draws it into any ratatui [`Frame`], so tests drive it
-//! with `TestBackend`. [`run_terminal`] is the only code here that touches a
-//! real terminal.
+//! [`App::render`] draws it into any ratatui [`Frame`](ratatui::Frame), so tests drive it
+//! with `TestBackend`. [`run_app`] is the only code here that touches a
+//! real terminal ([`run_terminal`] builds an [`App`] for it).
 
 use std::io;
 
@@ -432,8 +432,8 @@ impl App {
     }
 }
 
-/// Runs the viewer on the terminal until `q` or Ctrl-C:
-/// what `edgeprof view FILE` calls. Restores the terminal on every exit,
+/// Runs the viewer of `profile` on the terminal until `q` or Ctrl-C (as
+/// [`run_app`] with an [`App::new`]). Restores the terminal on every exit,
 /// panics included.
 pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()> {
     let app =
@@ -441,9 +441,9 @@ pub fn run_terminal(profile: Profile, options: TerminalOptions) -> io::Result<()
     run_app(app)
 }
 
-/// Runs `app` on the terminal until `q` or Ctrl-C (what `edgeprof view FILE
-/// --diff-base BASE` calls with an [`App::diff`]). Restores the terminal on
-/// every exit, panics included.
+/// Runs `app` on the terminal until `q` or Ctrl-C: what `edgeprof view`
+/// calls, with an [`App::new`] or (`--diff-base`) an [`App::diff`].
+/// Restores the terminal on every exit, panics included.
 pub fn run_app(mut app: App) -> io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let result = execute!(io::stdout(), EnableMouseCapture).and_then(|()| {

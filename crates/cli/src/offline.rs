@@ -65,8 +65,9 @@ impl CompareArgs {
 #[derive(Debug, clap::Args)]
 pub struct FocusArgs {
     /// Only samples whose label KEY has one of the VALUEs (pprof's
-    /// -tagfocus, exact values): KEY=VALUE[,VALUE…]; repeat for several keys,
-    /// all of which must match. Applies to both profiles of a --diff-base.
+    /// -tagfocus, exact values): KEY=VALUE[,VALUE…]; KEY!=VALUE[,VALUE…]
+    /// drops them instead (-tagignore). Repeat for several keys, all of
+    /// which must hold. Applies to both profiles of a --diff-base.
     #[arg(long = "tag", value_name = "KEY=VALUE")]
     pub tags: Vec<String>,
 }

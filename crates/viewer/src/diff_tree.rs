@@ -66,6 +66,7 @@ pub(crate) fn diff_tree_normalized(
     let options = TreeOptions {
         sample_index: Some(SampleIndex::Position(vi)),
         granularity,
+        group_by: None,
     };
     let side_tree = |p: &Profile, side| {
         CallTree::build(p, &options).map_err(|source| DiffError::Report { side, source })

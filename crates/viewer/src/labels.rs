@@ -1,7 +1,8 @@
 //! Sample labels (`data_center`, `machine`, `isolate`, `durable_object`, …):
 //! each key's values with their share, as `go tool pprof -tags` lists them,
-//! and a focus on `KEY=VALUE[,VALUE…]` as pprof's `-tagfocus`, applied
-//! through [`edgeprof_pprof::filter_by_label`].
+//! a focus on `KEY=VALUE[,VALUE…]` as pprof's `-tagfocus` and a hide of
+//! `KEY!=VALUE[,VALUE…]` as its `-tagignore`, applied through
+//! [`edgeprof_pprof::filter_by_label`].
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -90,18 +91,21 @@ pub fn label_shares(
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LabelFocusError {
     /// No `=`, an empty key or an empty value.
-    #[error("{0:?} is not KEY=VALUE[,VALUE…] (e.g. data_center=lhr)")]
+    #[error("{0:?} is not KEY=VALUE[,VALUE…] or KEY!=VALUE[,VALUE…] (e.g. data_center=lhr)")]
     Malformed(String),
 }
 
 /// Keep only the samples whose label `key` has one of `values` (pprof's
-/// `-tagfocus=KEY=V1,V2`, with exact values rather than regexes).
+/// `-tagfocus=KEY=V1,V2`, with exact values rather than regexes), or with
+/// `hide` (`KEY!=V1,V2`, pprof's `-tagignore`) drop them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelFocus {
     /// The label key.
     pub key: String,
-    /// The values accepted, any of them.
+    /// The values matched, any of them.
     pub values: Vec<String>,
+    /// Drop the matching samples instead of keeping only them.
+    pub hide: bool,
 }
 
 impl std::str::FromStr for LabelFocus {
@@ -109,6 +113,10 @@ impl std::str::FromStr for LabelFocus {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let malformed = || LabelFocusError::Malformed(s.to_owned());
         let (key, values) = s.split_once('=').ok_or_else(malformed)?;
+        let (key, hide) = match key.strip_suffix('!') {
+            Some(key) => (key, true),
+            None => (key, false),
+        };
         let values: Vec<String> = values.split(',').map(str::to_owned).collect();
         if key.is_empty() || values.iter().any(String::is_empty) {
             return Err(malformed());
@@ -116,6 +124,7 @@ impl std::str::FromStr for LabelFocus {
         Ok(LabelFocus {
             key: key.to_owned(),
             values,
+            hide,
         })
     }
 }
@@ -124,7 +133,15 @@ impl LabelFocus {
     /// The samples of `profile` this focus keeps.
     pub fn apply(&self, profile: &Profile) -> Profile {
         let values: Vec<&str> = self.values.iter().map(String::as_str).collect();
-        edgeprof_pprof::filter_by_label(profile, &self.key, &values, true)
+        edgeprof_pprof::filter_by_label(profile, &self.key, &values, !self.hide)
+    }
+}
+
+impl std::fmt::Display for LabelFocus {
+    /// As parsed: `KEY=V1,V2` or `KEY!=V1,V2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let op = if self.hide { "!=" } else { "=" };
+        write!(f, "{}{op}{}", self.key, self.values.join(","))
     }
 }
 

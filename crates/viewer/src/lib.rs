@@ -14,7 +14,10 @@
 //!   folded stacks; [`diff_tree`] merges both call trees for a diff
 //!   flamegraph (widths by base + new, colour by the change).
 //! - [`label_shares`] and [`LabelFocus`]: label keys and values with their
-//!   share (`go tool pprof -tags`), and a `KEY=VALUE` focus (`-tagfocus`).
+//!   share (`go tool pprof -tags`), a `KEY=VALUE` focus (`-tagfocus`) or
+//!   `KEY!=VALUE` hide (`-tagignore`); [`TreeOptions::group_by`] hangs the
+//!   tree from a root per value of a label (`-tagroot`).
+//! - [`sandwich()`]: a function's callers (inverted) above its callees.
 //! - [`text`]: plain-text renderings of the above, for tests and logs.
 //! - [`synthetic`]: deterministic large profiles for benchmarks and load
 //!   tests (the 1 M samples / 100 k stacks figure).
@@ -53,6 +56,7 @@ mod diff;
 mod diff_tree;
 mod labels;
 mod layout;
+mod sandwich;
 mod search;
 pub mod synthetic;
 mod table;
@@ -70,6 +74,7 @@ pub use diff::{
 pub use diff_tree::{DiffNodes, diff_tree};
 pub use labels::{LabelFocus, LabelFocusError, LabelKey, LabelValue, focus_all, label_shares};
 pub use layout::{Block, BlockKind, Layout, LayoutOptions};
+pub use sandwich::{Sandwich, sandwich};
 pub use search::{Search, SearchError, SearchMode, SearchResult};
 pub use table::{SortColumn, TableRow, frame_totals, table};
 pub use tree::{CallTree, Details, FrameId, FrameInfo, Granularity, Node, NodeId, TreeOptions};

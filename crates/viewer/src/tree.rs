@@ -28,6 +28,10 @@ pub struct TreeOptions {
     pub sample_index: Option<SampleIndex>,
     /// What makes two frames the same node.
     pub granularity: Granularity,
+    /// Group by this label key: every stack hangs from a frame named
+    /// `KEY=VALUE` (`KEY=(none)` for samples without the key), so the
+    /// flamegraph has a root per value, as pprof's `-tagroot`.
+    pub group_by: Option<String>,
 }
 
 /// One distinct frame: what a node shows.
@@ -71,6 +75,20 @@ pub struct Node {
     pub samples: i64,
 }
 
+impl Node {
+    /// A node of `frame` under `parent` with no value yet.
+    pub(crate) fn empty(frame: FrameId, parent: NodeId, depth: u32) -> Node {
+        Node {
+            frame,
+            parent,
+            depth,
+            self_value: 0,
+            total: 0,
+            samples: 0,
+        }
+    }
+}
+
 /// The call tree of one sample type of a profile.
 #[derive(Debug, Clone)]
 pub struct CallTree {
@@ -96,6 +114,8 @@ pub struct CallTree {
     pub samples_type: String,
     /// The granularity the tree was built with.
     pub granularity: Granularity,
+    /// The label key the tree is grouped by, if any.
+    pub group_by: Option<String>,
 }
 
 /// The identity of a frame `(function, file, line)`, then the file and line
@@ -152,6 +172,7 @@ impl CallTree {
             },
             sample_types,
             granularity: options.granularity,
+            group_by: options.group_by.clone(),
         };
 
         // Frames of each location, outermost first, as frame ids: computed
@@ -189,10 +210,36 @@ impl CallTree {
         };
         let unknown = vec![unknown_frame];
 
-        // 1. Merge samples with the same stack: a big profile repeats few
-        //    stacks many times (1 M samples over 100 k stacks).
-        let mut by_stack: FxHashMap<&[u64], usize> = FxHashMap::default();
-        let mut stacks: Vec<(&[u64], i64, i64)> = Vec::new();
+        // 0. With a group-by, the frame of each sample's label value.
+        let mut group_frames: FxHashMap<String, FrameId> = FxHashMap::default();
+        let mut group_of = |sample: &edgeprof_pprof::Sample, frames: &mut Vec<FrameInfo>| {
+            let key = options.group_by.as_deref()?;
+            let s = |i| edgeprof_pprof::string(profile, i);
+            let value = sample.label.iter().find(|l| s(l.key) == key).map_or_else(
+                || "(none)".to_owned(),
+                |l| {
+                    if l.str != 0 {
+                        s(l.str).to_owned()
+                    } else {
+                        format!("{}{}", l.num, s(l.num_unit))
+                    }
+                },
+            );
+            Some(*group_frames.entry(value).or_insert_with_key(|value| {
+                frames.push(FrameInfo {
+                    function: format!("{key}={value}"),
+                    file: String::new(),
+                    line: 0,
+                });
+                (frames.len() - 1) as FrameId
+            }))
+        };
+
+        // 1. Merge samples with the same stack (and group): a big profile
+        //    repeats few stacks many times (1 M samples over 100 k stacks).
+        type StackKey<'a> = (Option<FrameId>, &'a [u64]);
+        let mut by_stack: FxHashMap<StackKey, usize> = FxHashMap::default();
+        let mut stacks: Vec<(StackKey, i64, i64)> = Vec::new();
         for sample in &profile.sample {
             let v = sample.value.get(vi).copied().unwrap_or(0);
             let n = match samples_vi {
@@ -202,12 +249,14 @@ impl CallTree {
             if v == 0 && n == 0 {
                 continue;
             }
-            let i = *by_stack
-                .entry(sample.location_id.as_slice())
-                .or_insert_with(|| {
-                    stacks.push((sample.location_id.as_slice(), 0, 0));
-                    stacks.len() - 1
-                });
+            let key = (
+                group_of(sample, &mut tree.frames),
+                sample.location_id.as_slice(),
+            );
+            let i = *by_stack.entry(key).or_insert_with(|| {
+                stacks.push((key, 0, 0));
+                stacks.len() - 1
+            });
             let slot = &mut stacks[i];
             slot.1 = slot.1.saturating_add(v);
             slot.2 = slot.2.saturating_add(n);
@@ -217,8 +266,9 @@ impl CallTree {
         // 2. Each stack as frame ids, root first, in one arena.
         let mut arena: Vec<FrameId> = Vec::new();
         let mut paths: Vec<(std::ops::Range<usize>, i64, i64)> = Vec::with_capacity(stacks.len());
-        for &(ids, v, n) in &stacks {
+        for &((group, ids), v, n) in &stacks {
             let start = arena.len();
+            arena.extend(group);
             for id in ids.iter().rev() {
                 arena.extend_from_slice(location_frames.get(id).unwrap_or(&unknown));
             }
@@ -245,14 +295,7 @@ impl CallTree {
                 let parent = *path.last().unwrap_or(&Self::ROOT);
                 let id = tree.nodes.len() as NodeId;
                 let depth = tree.nodes[parent as usize].depth + 1;
-                tree.nodes.push(Node {
-                    frame,
-                    parent,
-                    depth,
-                    self_value: 0,
-                    total: 0,
-                    samples: 0,
-                });
+                tree.nodes.push(Node::empty(frame, parent, depth));
                 samples.push(0);
                 path.push(id);
             }
@@ -298,6 +341,7 @@ impl CallTree {
             sample_types: like.sample_types.clone(),
             samples_type: like.samples_type.clone(),
             granularity: like.granularity,
+            group_by: like.group_by.clone(),
         };
         tree.index_children();
         tree

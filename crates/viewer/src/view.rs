@@ -33,14 +33,19 @@ impl View {
         sample_index: Option<SampleIndex>,
         granularity: Granularity,
     ) -> Result<View, ReportError> {
-        let tree = CallTree::build(
+        View::with_options(
             profile,
             &TreeOptions {
                 sample_index,
                 granularity,
+                group_by: None,
             },
-        )?;
-        Ok(View::from_tree(tree))
+        )
+    }
+
+    /// A view of `profile`'s tree built with `options` (a group-by, say).
+    pub fn with_options(profile: &Profile, options: &TreeOptions) -> Result<View, ReportError> {
+        Ok(View::from_tree(CallTree::build(profile, options)?))
     }
 
     /// A view of an already built tree, unfocused, with no search.

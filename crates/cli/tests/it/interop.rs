@@ -381,6 +381,21 @@ fn tag_focus_agrees_with_pprof_tagfocus() {
             assert_agrees_with(go, &file, Some("cpu"), cum, &["--tag", tag], &[&tagfocus]);
         }
     }
+    // KEY!=V as -tagignore, alone and with a focus.
+    for tag in ["data_center!=sjc", "isolate!=i1,i3"] {
+        let tagignore = format!("-tagignore={}", tag.replace("!=", "="));
+        for cum in [false, true] {
+            assert_agrees_with(go, &file, Some("cpu"), cum, &["--tag", tag], &[&tagignore]);
+        }
+    }
+    assert_agrees_with(
+        go,
+        &file,
+        Some("cpu"),
+        false,
+        &["--tag", "data_center=sjc,lhr", "--tag", "isolate!=i2"],
+        &["-tagfocus=data_center=sjc,lhr", "-tagignore=isolate=i2"],
+    );
     // Focused on both sides of a diff.
     let base = dir.path().join("base.pprof");
     std::fs::write(&base, halved_base()).unwrap();

@@ -42,16 +42,22 @@ impl App {
         match self.pane {
             Pane::Flamegraph => self.render_flamegraph(buf, pane),
             Pane::Table => self.render_table(buf, pane),
+            Pane::Sandwich => self.render_sandwich(buf, pane),
+            Pane::Labels => self.render_labels(buf, pane),
         }
         self.render_status(buf, Rect::new(area.x, bottom - 3, area.width, 1));
         self.render_details(buf, Rect::new(area.x, bottom - 2, area.width, 1));
         let help = match (self.input.is_some(), self.pane) {
             (true, _) => "type a pattern  ⏎ search  tab substring/regex  esc cancel",
             (false, Pane::Flamegraph) => {
-                "←↑↓→ move  ⏎ focus  esc up  a all  / search  t table  s sort  i sample  g lines  q quit"
+                "q quit  ←↑↓→ move  ⏎ focus  esc up  a all  / search  t table  c sandwich  l labels  g group  s sort  i sample  f lines"
             }
             (false, Pane::Table) => {
-                "↑↓ move  ⏎ show in graph  s sort  / search  t graph  i sample  q quit"
+                "q quit  ↑↓ move  ⏎ show in graph  s sort  / search  t graph  c sandwich  l labels  i sample"
+            }
+            (false, Pane::Sandwich) => "q quit  esc/c back",
+            (false, Pane::Labels) => {
+                "q quit  esc back  ↑↓ move  ⏎ keep value / group by key  h hide value  x clear all"
             }
         };
         let dim = Style::default().add_modifier(Modifier::DIM);
@@ -64,7 +70,7 @@ impl App {
             Some(c) => c.totals(tree),
             None => format!("total {}", tree.format(tree.total())),
         };
-        let title = format!(
+        let mut title = format!(
             " edgeprof view · {} ({}) [{}/{}] · by {} · {totals}",
             tree.sample_type,
             tree.unit,
@@ -75,6 +81,9 @@ impl App {
                 Granularity::FileLine => "file:line",
             },
         );
+        if let Some(labels) = self.label_summary() {
+            title = format!("{title} · {labels}");
+        }
         let style = Style::default().add_modifier(Modifier::BOLD);
         buf.set_style(area, style);
         buf.set_stringn(area.x, area.y, title, area.width as usize, style);
@@ -131,11 +140,7 @@ impl App {
                 if block.node() == Some(self.selected) {
                     style = style.add_modifier(Modifier::REVERSED | Modifier::BOLD);
                 }
-                buf.set_style(Rect::new(x, y, w, 1), style);
-                // The last cell stays blank so neighbours read apart in
-                // monochrome too.
-                let room = if w > 1 { w - 1 } else { 1 };
-                buf.set_stringn(x, y, label, room as usize, style);
+                paint(buf, x, y, w, label, style);
             }
         }
         if layout.depth() == 0 {
@@ -228,6 +233,11 @@ impl App {
                 width,
                 Style::default().fg(MATCH_COLOR),
             );
+        } else if let Some(text) = self
+            .sandwich_status()
+            .filter(|_| self.pane == Pane::Sandwich)
+        {
+            buf.set_stringn(area.x, area.y, text, width, Style::default());
         } else if let Some(c) = &self.comparison {
             buf.set_stringn(area.x, area.y, c.status(), width, Style::default());
         }
@@ -236,6 +246,8 @@ impl App {
     fn render_details(&self, buf: &mut Buffer, area: Rect) {
         let tree = self.view.tree();
         let text = match (self.pane, &self.comparison) {
+            (Pane::Labels, _) => self.labels_details(),
+            (Pane::Sandwich, _) => self.sandwich_details(),
             (Pane::Flamegraph, Some(c)) => c.node_details(tree, self.selected),
             (Pane::Table, Some(c)) => c
                 .rows(&self.view)
@@ -341,9 +353,17 @@ fn table_line(tree: &CallTree, row: &TableRow) -> String {
     line
 }
 
+/// Draws one flamegraph block: `label` in `style`, `w` cells wide.
+pub(super) fn paint(buf: &mut Buffer, x: u16, y: u16, w: u16, label: &str, style: Style) {
+    buf.set_style(Rect::new(x, y, w, 1), style);
+    // The last cell stays blank so neighbours read apart in monochrome too.
+    let room = if w > 1 { w - 1 } else { 1 };
+    buf.set_stringn(x, y, label, room as usize, style);
+}
+
 /// A warm colour per function name, stable across runs (FNV-1a), as
 /// flamegraphs colour frames.
-fn frame_color(name: &str) -> Color {
+pub(super) fn frame_color(name: &str) -> Color {
     let mut h: u32 = 0x811c_9dc5;
     for b in name.bytes() {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);

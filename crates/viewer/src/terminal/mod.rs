@@ -1,6 +1,10 @@
 //! The terminal viewer of `edgeprof view FILE`: a flamegraph pane (or the
 //! function table), a status line, a details bar and a help line.
 //!
+//! `c` opens the sandwich of the selected function (callers above, callees
+//! below, see `sandwich`); `l` the label picker, where a value can be kept
+//! or hidden, and `g` groups the flamegraph by a label key (see `labels`).
+//!
 //! With a base profile ([`App::diff`], `edgeprof view FILE --diff-base
 //! BASE`) the viewer shows the comparison: frames coloured by their change,
 //! the table with base, new and delta columns (see `compare`).
@@ -14,6 +18,8 @@ use std::io;
 
 mod compare;
 mod draw;
+mod labels;
+mod sandwich;
 
 pub use compare::{DiffBase, UNCHANGED_COLOR, change_color};
 
@@ -26,11 +32,14 @@ use ratatui::crossterm::execute;
 use ratatui::style::Color;
 
 use crate::diff::DiffError;
+use crate::labels::{LabelFocus, focus_all};
 use crate::layout::{Layout, LayoutOptions};
 use crate::search::{Search, SearchMode};
-use crate::tree::{CallTree, FrameId, Granularity, NodeId};
+use crate::tree::{CallTree, FrameId, Granularity, NodeId, TreeOptions};
 use crate::view::View;
 use compare::Comparison;
+use labels::LabelPicker;
+use sandwich::SandwichPane;
 
 /// Background of frames the search matches.
 pub const MATCH_COLOR: Color = Color::Magenta;
@@ -42,7 +51,7 @@ pub const FOLDED_COLOR: Color = Color::DarkGray;
 pub struct TerminalOptions {
     /// The sample type shown first; `None` = the profile's default.
     pub sample_index: Option<SampleIndex>,
-    /// Merge frames by function or by file:line (`g` toggles it).
+    /// Merge frames by function or by file:line (`f` toggles it).
     pub granularity: Granularity,
 }
 
@@ -53,6 +62,10 @@ pub enum Pane {
     Flamegraph,
     /// The function table.
     Table,
+    /// The selected function's callers above its callees (`c`).
+    Sandwich,
+    /// The label keys and values, to keep, hide or group by (`l`, `g`).
+    Labels,
 }
 
 /// The viewer's state.
@@ -77,6 +90,14 @@ pub struct App {
     pane_origin: (u16, u16),
     /// The base and the change per node, in diff mode.
     comparison: Option<Comparison>,
+    /// The sandwich shown in [`Pane::Sandwich`].
+    sandwich: Option<SandwichPane>,
+    /// The label picker's state.
+    labels: LabelPicker,
+    /// Label filters applied to the profile (`KEY=V` keeps, `KEY!=V` hides).
+    focuses: Vec<LabelFocus>,
+    /// The label key the flamegraph is grouped by.
+    group_by: Option<String>,
 }
 
 impl App {
@@ -129,6 +150,10 @@ impl App {
             pane_size: (80, 19),
             pane_origin: (0, 2),
             comparison,
+            sandwich: None,
+            labels: LabelPicker::default(),
+            focuses: Vec::new(),
+            group_by: None,
         }
     }
 
@@ -152,6 +177,16 @@ impl App {
         self.pane
     }
 
+    /// The label filters applied, as `KEY=V` / `KEY!=V`.
+    pub fn label_filters(&self) -> Vec<String> {
+        self.focuses.iter().map(ToString::to_string).collect()
+    }
+
+    /// The label key the flamegraph is grouped by.
+    pub fn group_by(&self) -> Option<&str> {
+        self.group_by.as_deref()
+    }
+
     fn layout(&self) -> Layout {
         self.view.layout(LayoutOptions {
             width: u32::from(self.pane_size.0),
@@ -173,13 +208,28 @@ impl App {
             return true;
         }
         self.message = None;
+        match (self.pane, key.code) {
+            (_, KeyCode::Char('q')) => return false,
+            (Pane::Sandwich, KeyCode::Esc | KeyCode::Backspace | KeyCode::Char('c')) => {
+                self.close_sandwich();
+            }
+            (Pane::Sandwich, _) => {}
+            (Pane::Labels, KeyCode::Esc | KeyCode::Backspace) => self.pane = Pane::Flamegraph,
+            (Pane::Labels, code) => self.labels_key(code),
+            _ => return self.graph_or_table_key(key),
+        }
+        true
+    }
+
+    /// A key in the flamegraph or the table.
+    fn graph_or_table_key(&mut self, key: KeyEvent) -> bool {
         match key.code {
             KeyCode::Char('q') => return false,
             KeyCode::Char('/') => self.input = Some(String::new()),
             KeyCode::Char('t') => {
                 self.pane = match self.pane {
-                    Pane::Flamegraph => Pane::Table,
                     Pane::Table => Pane::Flamegraph,
+                    _ => Pane::Table,
                 }
             }
             KeyCode::Char('s') => {
@@ -188,7 +238,23 @@ impl App {
                 self.table_offset = 0;
             }
             KeyCode::Char('i') => self.next_sample_index(),
-            KeyCode::Char('g') => self.toggle_granularity(),
+            KeyCode::Char('f') => self.toggle_granularity(),
+            KeyCode::Char('c') => {
+                let frame = match self.pane {
+                    Pane::Table => match self.table_selection().1 {
+                        Some(TableTarget::Frame(f)) => Some(f),
+                        _ => None,
+                    },
+                    _ => Some(self.view.tree().node(self.selected).frame),
+                };
+                self.open_sandwich(frame);
+            }
+            KeyCode::Char('l') => self.open_labels(),
+            KeyCode::Char('g') if self.group_by.is_some() && self.comparison.is_none() => {
+                self.group_by = None;
+                self.rebuild_current();
+            }
+            KeyCode::Char('g') => self.open_labels(),
             KeyCode::Char('a') | KeyCode::Home => {
                 self.view.reset();
                 self.selected = CallTree::ROOT;
@@ -203,8 +269,8 @@ impl App {
                 self.keep_selection_visible();
             }
             _ => match self.pane {
-                Pane::Flamegraph => self.flame_key(key.code),
                 Pane::Table => self.table_key(key.code),
+                _ => self.flame_key(key.code),
             },
         }
         true
@@ -395,7 +461,15 @@ impl App {
                     view
                 })
                 .map_err(|e| e.to_string()),
-            None => View::new(&self.profile, index, granularity).map_err(|e| e.to_string()),
+            None => {
+                let options = TreeOptions {
+                    sample_index: index,
+                    granularity,
+                    group_by: self.group_by.clone(),
+                };
+                View::with_options(&focus_all(&self.profile, &self.focuses), &options)
+                    .map_err(|e| e.to_string())
+            }
         };
         match built {
             Ok(mut view) => {
@@ -413,6 +487,13 @@ impl App {
             }
             Err(e) => self.message = Some(e),
         }
+    }
+
+    /// [`App::rebuild`] at the current sample type and granularity: after
+    /// a label filter or grouping changed.
+    fn rebuild_current(&mut self) {
+        let index = Some(SampleIndex::Position(self.view.tree().sample_index));
+        self.rebuild(index, self.granularity);
     }
 
     fn keep_selection_visible(&mut self) {

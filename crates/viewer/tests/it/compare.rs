@@ -342,13 +342,62 @@ fn label_focus_keeps_matching_samples() {
 
 #[test]
 fn label_focus_refuses_what_is_not_key_value() {
-    for bad in ["data_center", "=lhr", "data_center=", "data_center=lhr,"] {
+    for bad in [
+        "data_center",
+        "=lhr",
+        "data_center=",
+        "data_center=lhr,",
+        "!=lhr",
+        "data_center!=",
+    ] {
         let err = bad.parse::<LabelFocus>().expect_err(bad);
         assert_eq!(
             err.to_string(),
-            format!("{bad:?} is not KEY=VALUE[,VALUE…] (e.g. data_center=lhr)")
+            format!(
+                "{bad:?} is not KEY=VALUE[,VALUE…] or KEY!=VALUE[,VALUE…] (e.g. data_center=lhr)"
+            )
         );
     }
+}
+
+#[test]
+fn label_hide_drops_matching_samples() {
+    let p = labelled(LABELLED);
+    let focus = |s: &str| -> LabelFocus { s.parse().unwrap() };
+    let hide = focus("data_center!=sjc");
+    assert!(hide.hide);
+    assert_eq!(hide.to_string(), "data_center!=sjc");
+    assert_eq!(focus("isolate=i1,i2").to_string(), "isolate=i1,i2");
+    let total = |p: &Profile| p.sample.iter().map(|s| s.value[0]).sum::<i64>();
+    // sjc's 30 + 15 go; lhr's 50 and the unlabelled 5 stay.
+    assert_eq!(total(&focus_all(&p, std::slice::from_ref(&hide))), 55);
+    // A focus and a hide together.
+    assert_eq!(total(&focus_all(&p, &[focus("isolate=i1,i2"), hide])), 50);
+}
+
+#[test]
+fn group_by_a_label_gives_a_root_per_value() {
+    let p = labelled(LABELLED);
+    let options = TreeOptions {
+        group_by: Some("data_center".into()),
+        ..TreeOptions::default()
+    };
+    let tree = CallTree::build(&p, &options).unwrap();
+    assert_eq!(tree.group_by.as_deref(), Some("data_center"));
+    assert_eq!(tree.total(), 100);
+    insta::assert_snapshot!(edgeprof_viewer::text::tree(&tree), @r"
+    100 0 all
+      50 0 data_center=lhr
+        50 0 main
+          50 50 a
+      45 0 data_center=sjc
+        45 0 main
+          30 30 b
+          15 15 a
+      5 0 data_center=(none)
+        5 0 main
+          5 5 c
+    ");
 }
 
 /// The merged tree as indented lines `name base new change`, widest (base +

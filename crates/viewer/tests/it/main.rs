@@ -5,6 +5,7 @@ mod compare;
 mod invariants;
 mod model;
 mod properties;
+mod sandwich;
 // The realistic profiles are for the terminal snapshots.
 #[cfg_attr(not(feature = "terminal"), allow(dead_code))]
 mod profiles;
@@ -12,3 +13,5 @@ mod profiles;
 mod terminal;
 #[cfg(feature = "terminal")]
 mod terminal_diff;
+#[cfg(feature = "terminal")]
+mod terminal_labels;

@@ -237,6 +237,7 @@ fn sample_index_by_name_or_number_and_unknown_names_listed() {
             &TreeOptions {
                 sample_index: Some(index),
                 granularity: Granularity::Function,
+                group_by: None,
             },
         );
         t.map(|t| format!("{} {}", t.sample_type, t.total()))
@@ -282,6 +283,7 @@ fn file_line_granularity_splits_a_function_by_call_site() {
             &TreeOptions {
                 sample_index: None,
                 granularity,
+                group_by: None,
             },
         )
         .unwrap();

@@ -232,3 +232,32 @@ pub fn image_resizer_heap() -> Profile {
     }
     b.build()
 }
+
+/// [`json_gateway_cpu`] as a capture across an edge labels it: sample `i`
+/// from data center `sjc`, `lhr` or `nrt` (`i % 3`) and machine `m{i % 2}`.
+pub fn json_gateway_cpu_labelled() -> Profile {
+    let mut p = json_gateway_cpu();
+    let mut intern = |s: &str| -> i64 {
+        if let Some(i) = p.string_table.iter().position(|t| t == s) {
+            return i as i64;
+        }
+        p.string_table.push(s.to_owned());
+        p.string_table.len() as i64 - 1
+    };
+    let keys = (intern("data_center"), intern("machine"));
+    let dcs = [intern("sjc"), intern("lhr"), intern("nrt")];
+    let machines = [intern("m0"), intern("m1")];
+    for (i, s) in p.sample.iter_mut().enumerate() {
+        s.label.push(edgeprof_pprof::Label {
+            key: keys.0,
+            str: dcs[i % 3],
+            ..Default::default()
+        });
+        s.label.push(edgeprof_pprof::Label {
+            key: keys.1,
+            str: machines[i % 2],
+            ..Default::default()
+        });
+    }
+    p
+}

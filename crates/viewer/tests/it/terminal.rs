@@ -226,7 +226,7 @@ fn heap_by_file_line_and_searched_by_path() {
         },
     )
     .unwrap();
-    assert!(press(&mut app, &[KeyCode::Char('g'), KeyCode::Char('/')]));
+    assert!(press(&mut app, &[KeyCode::Char('f'), KeyCode::Char('/')]));
     type_text(&mut app, "src/resize.rs");
     assert!(press(&mut app, &[KeyCode::Enter]));
     assert_snapshot!("heap_file_line_searched_by_path", screen(&mut app, 80, 24));

@@ -188,7 +188,7 @@ fn diff_stays_a_diff_across_sample_types_and_granularities() {
     assert!(app.is_diff());
     let s = screen_marked(&mut app, 80, 24, mark);
     assert!(s.lines().next().unwrap().ends_with("diff 3 → 4"), "{s}");
-    assert!(press(&mut app, &[KeyCode::Char('g'), KeyCode::Char('t')]));
+    assert!(press(&mut app, &[KeyCode::Char('f'), KeyCode::Char('t')]));
     let s = screen_marked(&mut app, 80, 24, mark);
     assert!(s.contains("+33.33%         0         1  encode"), "{s}");
     assert!(

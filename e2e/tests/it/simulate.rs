@@ -15,7 +15,7 @@ use crate::{state_dir, worker};
 
 #[test]
 fn a_capture_covers_every_simulated_machine() {
-    let Some(wasm) = worker("tiny.wat") else {
+    let Some(wat) = worker("tiny.wat") else {
         return;
     };
     let mut o = ClusterOptions::new(state_dir("simulated"));
@@ -38,6 +38,10 @@ fn a_capture_covers_every_simulated_machine() {
         "the control plane and one agent process"
     );
 
+    // The CLI uploads binary modules only.
+    let wasm = state_dir("simulated").join("tiny.wasm");
+    let text = std::fs::read_to_string(&wat).unwrap();
+    std::fs::write(&wasm, wat::parse_str(&text).expect("tiny.wat parses")).unwrap();
     cluster.deploy("tiny", &wasm, 100).unwrap();
     cluster
         .wait_serving_everywhere(&["tiny"], Duration::from_secs(30))

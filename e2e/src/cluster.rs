@@ -38,6 +38,20 @@ pub struct ClusterOptions {
     /// Length of a continuous-profiling window (the agent's default, 10 s;
     /// whole seconds).
     pub continuous_window: Duration,
+    /// Run every machine inside one agent process
+    /// (`--simulate-machines`), with this traffic, instead of one process
+    /// a machine.
+    pub simulated: Option<SimulatedTraffic>,
+}
+
+/// The traffic of a simulated edge (`edgeprof-node-agent --simulate-*`):
+/// requests of `/` on each script, through every machine.
+#[derive(Debug, Clone)]
+pub struct SimulatedTraffic {
+    /// Scripts of the cluster's account to request.
+    pub scripts: Vec<String>,
+    /// Requests per second per machine and script.
+    pub rate: f64,
 }
 
 impl ClusterOptions {
@@ -55,6 +69,7 @@ impl ClusterOptions {
             agent_args: Vec::new(),
             continuous_hz: 19,
             continuous_window: Duration::from_secs(10),
+            simulated: None,
         }
     }
 }
@@ -214,6 +229,17 @@ fn wait_for_file(path: &Path, proc: &mut Proc, timeout: Duration) -> Result<Valu
     })
 }
 
+/// A machine's addresses from an agent's ready file.
+fn machine_info(id: &str, ready: &Value) -> MachineInfo {
+    let field = |k: &str| ready[k].as_str().unwrap_or_default().to_owned();
+    MachineInfo {
+        id: id.to_owned(),
+        http: field("http"),
+        grpc: field("grpc"),
+        operator: field("operator"),
+    }
+}
+
 /// The last `n` lines of a log file.
 pub fn tail(path: &Path, n: usize) -> String {
     let Ok(f) = fs::File::open(path) else {
@@ -312,6 +338,11 @@ impl Cluster {
         cluster.procs.push(proc);
 
         // Agents.
+        if let Some(traffic) = &options.simulated {
+            cluster.data_centers = cluster.start_simulated(traffic)?;
+            cluster.wait_registered(Duration::from_secs(60))?;
+            return Ok(cluster);
+        }
         for code in DATA_CENTER_CODES.iter().take(options.data_centers) {
             let code = (*code).to_owned();
             let mut machines = Vec::new();
@@ -347,7 +378,59 @@ impl Cluster {
 
     fn start_agent(&mut self, dc: &str, id: &str) -> Result<MachineInfo> {
         let ready = self.options.state_dir.join(format!("{id}.ready.json"));
-        let _ = fs::remove_file(&ready);
+        let cmd = self.agent_command(dc, id, &ready);
+        let mut proc = self.spawn(id, cmd)?;
+        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
+        self.procs.push(proc);
+        Ok(machine_info(id, &info))
+    }
+
+    /// Every machine in one `--simulate-machines` agent process: ids
+    /// `sim-0001`…, data centers round robin.
+    fn start_simulated(&mut self, traffic: &SimulatedTraffic) -> Result<Vec<DataCenter>> {
+        let codes: Vec<&str> = DATA_CENTER_CODES
+            .iter()
+            .take(self.options.data_centers)
+            .copied()
+            .collect();
+        let n = codes.len() * self.options.machines_per_dc;
+        let hosts: Vec<String> = traffic
+            .scripts
+            .iter()
+            .map(|s| worker_host(s, &self.account))
+            .collect();
+        let ready = self.options.state_dir.join("simulated.ready.json");
+        let mut cmd = self.agent_command(codes[0], "sim", &ready);
+        cmd.args(["--simulate-machines", &n.to_string()])
+            .args(["--simulate-data-centers", &codes.join(",")])
+            .args(["--simulate-traffic", &hosts.join(",")])
+            .args(["--simulate-rate", &traffic.rate.to_string()]);
+        let mut proc = self.spawn("simulated-edge", cmd)?;
+        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
+        self.procs.push(proc);
+        let mut dcs: Vec<DataCenter> = codes
+            .iter()
+            .map(|c| DataCenter {
+                code: (*c).to_owned(),
+                machines: Vec::new(),
+            })
+            .collect();
+        for m in info["machines"].as_array().into_iter().flatten() {
+            let dc = m["data_center"].as_str().unwrap_or_default();
+            let id = m["id"].as_str().unwrap_or_default();
+            let slot = dcs
+                .iter_mut()
+                .find(|d| d.code == dc)
+                .ok_or_else(|| anyhow!("simulated machine {id} in unknown data center `{dc}`"))?;
+            slot.machines.push(machine_info(id, m));
+        }
+        Ok(dcs)
+    }
+
+    /// `edgeprof-node-agent` for machine `id` in `dc` with this cluster's
+    /// control plane, secret, heartbeat, ephemeral ports and ready file.
+    fn agent_command(&self, dc: &str, id: &str, ready: &Path) -> Command {
+        let _ = fs::remove_file(ready);
         let mut cmd = Command::new(self.options.bin_dir.join("edgeprof-node-agent"));
         cmd.args(["--data-center", dc, "--machine-id", id])
             .args(["--control-plane", &self.grpc])
@@ -371,17 +454,9 @@ impl Cluster {
                 &format!("{}s", self.options.continuous_window.as_secs().max(1)),
             ])
             .arg("--ready-file")
-            .arg(&ready)
+            .arg(ready)
             .args(&self.options.agent_args);
-        let mut proc = self.spawn(id, cmd)?;
-        let info = wait_for_file(&ready, &mut proc, Duration::from_secs(60))?;
-        self.procs.push(proc);
-        Ok(MachineInfo {
-            id: id.to_owned(),
-            http: info["http"].as_str().unwrap_or_default().to_owned(),
-            grpc: info["grpc"].as_str().unwrap_or_default().to_owned(),
-            operator: info["operator"].as_str().unwrap_or_default().to_owned(),
-        })
+        cmd
     }
 
     fn wait_healthy(&self, proc: &mut Proc, timeout: Duration) -> Result<()> {

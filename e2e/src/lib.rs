@@ -14,5 +14,5 @@
 pub mod cluster;
 pub mod traffic;
 
-pub use cluster::{Cluster, ClusterOptions, DataCenter, MachineInfo};
+pub use cluster::{Cluster, ClusterOptions, DataCenter, MachineInfo, SimulatedTraffic};
 pub use traffic::{Traffic, TrafficMix};

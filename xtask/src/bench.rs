@@ -1,6 +1,8 @@
 //! `cargo xtask bench pprof`: decode + merge of 100 profiles by the release
 //! `edgeprof merge` and by `go tool pprof -proto`, on the same files, side by
 //! side in one run (alternating repetitions, medians), with the ratio.
+//! `cargo xtask bench capture`: fan-out of one capture to a simulated edge
+//! of N machines (`capture`).
 //!
 //! The per-function benchmarks (decode, merge, top) are criterion's:
 //! `cargo bench -p edgeprof-pprof`.
@@ -11,10 +13,16 @@ use std::time::{Duration, Instant};
 
 use crate::util::{cargo, ensure_apt, root, run as sh};
 
-const USAGE: &str = "usage: cargo xtask bench pprof [--profiles N] [--reps N]";
+mod capture;
+
+const USAGE: &str = "usage: cargo xtask bench pprof [--profiles N] [--reps N]
+       cargo xtask bench capture [--machines 100,500,1000] [--duration 2s] [--rate R]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let (what, rest) = args.split_first().ok_or(USAGE)?;
+    if what == "capture" {
+        return capture::run(rest, USAGE);
+    }
     if what != "pprof" {
         return Err(format!("unknown benchmark `{what}`\n{USAGE}"));
     }
@@ -37,6 +45,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
     pprof(profiles, reps)
 }
 
+/// `target/release` of the repository (or of `CARGO_TARGET_DIR`).
+fn release_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+        .join("release")
+}
+
 fn pprof(profiles: u32, reps: u32) -> Result<(), String> {
     ensure_apt("go", &["golang-go"])?;
     sh(cargo().args([
@@ -49,10 +65,7 @@ fn pprof(profiles: u32, reps: u32) -> Result<(), String> {
         "--example",
         "gen_profiles",
     ]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let release = target.join("release");
+    let release = release_dir();
     let edgeprof = release.join("edgeprof");
 
     let dir = std::env::temp_dir().join(format!("edgeprof-bench-{}", std::process::id()));

@@ -141,6 +141,24 @@ pub struct Args {
     /// Validate the configuration, print it, and exit.
     #[arg(long)]
     pub check_config: bool,
+    /// Simulate this many machines in this one process (0, the default: be
+    /// one real machine). Each gets its own id (`{machine-id}-NNNN`),
+    /// listeners on ephemeral ports, registration and heartbeats; all share
+    /// one Wasmtime engine. For tests and benchmarks (`simulate`).
+    #[arg(long, env = "EDGEPROF_SIMULATE_MACHINES", default_value_t = 0)]
+    pub simulate_machines: usize,
+    /// Data centers the simulated machines are spread over, round robin
+    /// (comma-separated codes; `--data-center` alone when not given).
+    #[arg(long, env = "EDGEPROF_SIMULATE_DATA_CENTERS")]
+    pub simulate_data_centers: Option<String>,
+    /// Worker hosts (`{script}.{account}.{zone}`, comma-separated) the
+    /// simulation's traffic requests `/` of, on every simulated machine.
+    #[arg(long, env = "EDGEPROF_SIMULATE_TRAFFIC")]
+    pub simulate_traffic: Option<String>,
+    /// Requests per second the simulation sends to each simulated machine
+    /// and host (0.01–100).
+    #[arg(long, env = "EDGEPROF_SIMULATE_RATE", default_value_t = 1.0)]
+    pub simulate_rate: f64,
 }
 
 /// The agent's validated configuration.
@@ -186,6 +204,100 @@ pub struct Config {
     pub ready_file: Option<PathBuf>,
     /// Only check the configuration.
     pub check_only: bool,
+    /// Many simulated machines in this process, when asked for.
+    pub simulate: Option<Simulation>,
+}
+
+/// `--simulate-machines` and its settings, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Simulation {
+    /// How many machines.
+    pub machines: usize,
+    /// Their data centers, assigned round robin.
+    pub data_centers: Vec<String>,
+    /// Worker hosts the traffic requests, on every machine.
+    pub traffic: Vec<String>,
+    /// Requests per second per machine and host.
+    pub rate: f64,
+}
+
+/// File descriptors one simulated machine may hold: its three listeners,
+/// its channel to the control plane, the control plane's capture
+/// connection, the traffic's connection at both ends, and a spare.
+pub const FDS_PER_SIMULATED_MACHINE: u64 = 8;
+
+/// The soft limit on this process's open files (`RLIMIT_NOFILE`, read from
+/// `/proc/self/limits`; 1024 where it cannot be read).
+pub fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(1024)
+}
+
+fn simulation(a: &Args, code_ok: impl Fn(&str) -> bool) -> Result<Option<Simulation>> {
+    if a.simulate_machines == 0 {
+        return Ok(None);
+    }
+    let data_centers: Vec<String> = match &a.simulate_data_centers {
+        Some(list) => list.split(',').map(|c| c.trim().to_owned()).collect(),
+        None => vec![a.data_center.clone()],
+    };
+    if let Some(bad) = data_centers.iter().find(|c| !code_ok(c)) {
+        bail!("--simulate-data-centers `{bad}`: use 1–32 letters, digits, `-` or `_`");
+    }
+    if a.machine_id.len() > 27 {
+        bail!(
+            "--machine-id `{}`: at most 27 characters with --simulate-machines (`-NNNN` is appended)",
+            a.machine_id
+        );
+    }
+    let traffic: Vec<String> = a
+        .simulate_traffic
+        .iter()
+        .flat_map(|t| t.split(','))
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    if traffic.len() > 16 {
+        bail!(
+            "--simulate-traffic: at most 16 hosts (got {})",
+            traffic.len()
+        );
+    }
+    if !(0.01..=100.0).contains(&a.simulate_rate) {
+        bail!("--simulate-rate {}: must be 0.01–100", a.simulate_rate);
+    }
+    // Each machine holds at most `--max-isolates-per-version` isolates of
+    // each host's script; all of them must fit the process's map count.
+    let isolates = a.simulate_machines * a.max_isolates_per_version * traffic.len().max(1);
+    let maps = max_map_count();
+    let most = max_isolates_for(maps);
+    if a.simulate_machines > 10_000 || isolates > most {
+        bail!(
+            "--simulate-machines {}: {isolates} isolates (machines × --max-isolates-per-version × hosts) must fit this process's {most} (vm.max_map_count {maps}, about {MAPS_PER_ISOLATE} maps an isolate), and at most 10000 machines",
+            a.simulate_machines
+        );
+    }
+    let fds = open_files_limit();
+    let need = a.simulate_machines as u64 * FDS_PER_SIMULATED_MACHINE + 256;
+    if need > fds {
+        bail!(
+            "--simulate-machines {}: needs about {need} open files and this process may open {fds} (raise it with `ulimit -n {need}`)",
+            a.simulate_machines
+        );
+    }
+    Ok(Some(Simulation {
+        machines: a.simulate_machines,
+        data_centers,
+        traffic,
+        rate: a.simulate_rate,
+    }))
 }
 
 /// Continuous profiling settings.
@@ -340,6 +452,7 @@ impl TryFrom<Args> for Config {
             bail!("--idle-isolate-secs: must be positive");
         }
         let continuous = continuous(&a)?;
+        let simulate = simulation(&a, code_ok)?;
         Ok(Config {
             data_center: a.data_center,
             machine_id: a.machine_id,
@@ -361,6 +474,7 @@ impl TryFrom<Args> for Config {
             continuous,
             ready_file: a.ready_file,
             check_only: a.check_config,
+            simulate,
         })
     }
 }

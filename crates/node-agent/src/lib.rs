@@ -13,7 +13,8 @@
 //! `lease` (which Durable Objects may be served, and until when),
 //! `registry` (control plane client), `capture` (gRPC service),
 //! `continuous` (background windows: collect, queue, ship), `metrics`,
-//! `native` (pprof-rs self-profile).
+//! `native` (pprof-rs self-profile), `simulate` (many simulated machines
+//! in one process, for tests and benchmarks).
 //!
 //! Architecture invariant: the agent never touches the database and keeps no
 //! state that must survive it (deployments and placements live in the control
@@ -28,6 +29,7 @@ mod lease;
 mod metrics;
 mod native;
 mod registry;
+mod simulate;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -52,6 +54,21 @@ pub struct RunningAgent {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// What [`run_until_shutdown`] stops: one agent or a simulated edge.
+enum Stopper {
+    Agent(RunningAgent),
+    Simulated(simulate::SimulatedEdge),
+}
+
+impl Stopper {
+    fn shutdown(self) {
+        match self {
+            Stopper::Agent(a) => a.shutdown(),
+            Stopper::Simulated(s) => s.shutdown(),
+        }
+    }
+}
+
 impl RunningAgent {
     /// Stops serving (in-process use: tests and benchmarks).
     pub fn shutdown(self) {
@@ -64,11 +81,23 @@ impl RunningAgent {
 /// Starts the agent: binds both listeners, then registers and heartbeats in
 /// the background (retrying while the control plane is unreachable).
 pub async fn start(config: Config) -> Result<RunningAgent> {
-    let runtime = Runtime::new(RuntimeConfig {
-        tick: config.sampling_interval,
+    let runtime = wasm_runtime(config.sampling_interval)?;
+    start_on(config, runtime).await
+}
+
+/// The Wasmtime engine and epoch ticker for agents sampling every `tick`.
+fn wasm_runtime(tick: Duration) -> Result<Runtime> {
+    Runtime::new(RuntimeConfig {
+        tick,
         ..RuntimeConfig::default()
     })
-    .context("cannot start the WebAssembly runtime")?;
+    .context("cannot start the WebAssembly runtime")
+}
+
+/// [`start`] on an engine the caller made, so several machines of a
+/// simulation share one (`simulate`); its tick must be the config's
+/// sampling interval.
+async fn start_on(config: Config, runtime: Runtime) -> Result<RunningAgent> {
     let limits = Limits {
         memory_bytes: usize::try_from(config.isolate_memory_bytes).unwrap_or(usize::MAX),
         cpu_per_request: config.request_cpu_limit,
@@ -242,9 +271,13 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     })
 }
 
-/// Runs the agent until Ctrl-C or SIGTERM.
+/// Runs the agent (or, with `--simulate-machines`, the simulated machines)
+/// until Ctrl-C or SIGTERM.
 pub async fn run_until_shutdown(config: Config) -> Result<()> {
-    let agent = start(config).await?;
+    let agent = match config.simulate.clone() {
+        Some(sim) => Stopper::Simulated(simulate::start(config, sim).await?),
+        None => Stopper::Agent(start(config).await?),
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("cannot listen for SIGTERM")?;
     tokio::select! {

@@ -16,6 +16,7 @@ mod history;
 mod hostile;
 mod memory;
 mod placement;
+mod simulate;
 
 use std::path::PathBuf;
 
@@ -26,10 +27,15 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A built example worker, or `None` (after printing why) when the
-/// prerequisites are missing outside CI.
+/// A built example worker (`NAME.wasm`, or a WAT one named `NAME.wat`), or
+/// `None` (after printing why) when the prerequisites are missing outside CI.
 pub fn worker(name: &str) -> Option<PathBuf> {
-    let path = root().join("target/workers").join(format!("{name}.wasm"));
+    let file = if name.ends_with(".wat") {
+        name.to_owned()
+    } else {
+        format!("{name}.wasm")
+    };
+    let path = root().join("target/workers").join(file);
     let bins = ["edgeprof-control-plane", "edgeprof-node-agent", "edgeprof"]
         .iter()
         .all(|b| default_bin_dir().join(b).is_file());

@@ -9,6 +9,7 @@
 //! - `e2e`: the end-to-end suite against real processes (part of `ci`).
 //! - `codegen`: regenerates `crates/proto/src/gen` from `proto/`.
 //! - `bench pprof`: decode+merge of 100 profiles, edgeprof beside `go tool pprof`.
+//! - `bench capture`: capture fan-out to 100, 500 and 1,000 simulated machines.
 
 mod bench;
 mod ci;
@@ -53,6 +54,7 @@ const HELP: &str = "usage: cargo xtask <task>
 
 tasks:
   bench pprof  decode+merge of 100 profiles: edgeprof vs go tool pprof, side by side
+  bench capture  capture fan-out to N simulated machines [--machines 100,500,1000] [--duration 2s]
   build-workers  build e2e/workers for wasm32 into target/workers/
   cluster    a local edge (control plane + agents + workers + traffic) with the dashboard
   ci         run the whole test suite (installs what it needs)

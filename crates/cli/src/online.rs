@@ -642,12 +642,20 @@ pub fn deploy(conn: &Connection, args: &DeployArgs, out: &mut impl Write) -> Res
     let client = Client::new(conn)?;
     let bytes = std::fs::read(&args.wasm)
         .with_context(|| format!("{}: cannot read", args.wasm.display()))?;
-    if !bytes.starts_with(b"\0asm") {
+    let bytes = if bytes.starts_with(b"\0asm") {
+        bytes
+    } else if args.wasm.extension().is_some_and(|e| e == "wat") {
+        // The text format, compiled here: the control plane takes binary
+        // modules only.
+        wat::parse_bytes(&bytes)
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|e| anyhow::anyhow!("{}: not valid WAT: {e}", args.wasm.display()))?
+    } else {
         bail!(
-            "{}: not a WebAssembly module (no \\0asm header)",
+            "{}: not a WebAssembly module (no \\0asm header; a text-format module needs a .wat name)",
             args.wasm.display()
         );
-    }
+    };
     let what = format!("deploy {}", args.script);
     let query = rest::UploadQuery {
         weight: args.weight,

@@ -114,3 +114,47 @@ fn versions_and_rollout_shift_traffic() {
         serde_json::json!([{"version_id": v1, "weight": 75}, {"version_id": v2, "weight": 25}])
     );
 }
+
+#[test]
+fn deploy_compiles_a_wat_file_and_refuses_what_is_neither() {
+    let running = Running::start();
+    let dir = running.dir.path();
+    let wat = dir.join("tiny.wat");
+    std::fs::write(&wat, "(module (func (export \"f\")))").unwrap();
+    let ok = running.run(&["deploy", "api", wat.to_str().unwrap(), "--json"]);
+    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+    let version: edgeprof_proto::rest::UploadedVersion = serde_json::from_str(&ok.stdout).unwrap();
+    assert!(!version.id.is_empty());
+
+    let bad_wat = dir.join("bad.wat");
+    std::fs::write(&bad_wat, "(module (func (export \"f\")").unwrap();
+    let bad = running.run(&["deploy", "api", bad_wat.to_str().unwrap()]);
+    assert_eq!(bad.code, Some(1));
+    assert!(
+        bad.stderr
+            .contains(&format!("{}: not valid WAT", bad_wat.display())),
+        "{}",
+        bad.stderr
+    );
+
+    let text = dir.join("notes.txt");
+    std::fs::write(&text, "hello").unwrap();
+    let refused = running.run(&["deploy", "api", text.to_str().unwrap()]);
+    assert_eq!(refused.code, Some(1));
+    assert!(
+        refused
+            .stderr
+            .contains("not a WebAssembly module (no \\0asm header"),
+        "{}",
+        refused.stderr
+    );
+    // Only the WAT version was stored.
+    let versions = running.run(&["versions", "api", "--json"]);
+    assert_eq!(versions.code, Some(0), "{}", versions.stderr);
+    assert_eq!(
+        versions.stdout.matches("\"id\"").count(),
+        1,
+        "{}",
+        versions.stdout
+    );
+}

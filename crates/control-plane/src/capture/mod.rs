@@ -19,8 +19,6 @@ use std::time::Duration;
 
 use edgeprof_proto::rest::{ProfileKind, SessionStatus, Target};
 use edgeprof_proto::v1;
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
@@ -69,6 +67,10 @@ pub struct CaptureSettings {
     /// session and slot, so others can fail them if it stops).
     pub replica_id: String,
 }
+
+/// How often a capture writes its progress (machines answered, failures)
+/// while answers come in.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// Room in one agent's answer for error strings beyond its profiles (the
 /// strings are stored truncated).
@@ -233,6 +235,11 @@ impl Captures {
     }
 
     /// Asks every machine at once, recording progress as answers come in.
+    ///
+    /// Each call runs as its own task, so a slow database write of the
+    /// progress never holds a call back (the database also takes every
+    /// agent's heartbeat); progress is written at most every
+    /// [`PROGRESS_EVERY`] and once when the last machine has answered.
     async fn collect(
         &self,
         id: &str,
@@ -244,37 +251,42 @@ impl Captures {
         }
         let deadline = spec.duration + self.settings.slack;
         let limits = self.settings.limits;
-        let mut calls: FuturesUnordered<_> = by_machine
-            .iter()
-            .map(|(machine, targets)| {
-                let machine = (*machine).to_owned();
-                let address = targets[0].grpc_address.clone();
-                let request = v1::CaptureRequest {
-                    session_id: id.to_owned(),
-                    isolate_ids: targets.iter().map(|t| t.isolate.clone()).collect(),
-                    kind: to_proto(spec.kind) as i32,
-                    duration_ms: spec.duration.as_millis() as u32,
-                    interval_us: 0,
-                };
-                let max_bytes = limits
-                    .max_profile_bytes
-                    .saturating_mul(targets.len())
-                    .saturating_add(ANSWER_SLACK_BYTES)
-                    .min(limits.max_capture_bytes);
-                let secret = self.settings.agent_secret.clone();
-                async move {
-                    let call = agent::call_agent(&address, request, deadline, &secret, max_bytes);
-                    let result = tokio::time::timeout(deadline, call)
-                        .await
-                        .unwrap_or_else(|_| Err(agent::timed_out(deadline)));
-                    (machine, result)
-                }
-            })
-            .collect();
-        let mut answers = Vec::new();
+        // Dropped with `collect` (a shutdown), the set aborts its calls.
+        let mut calls = tokio::task::JoinSet::new();
+        let mut machine_of = HashMap::with_capacity(by_machine.len());
+        for (machine, targets) in &by_machine {
+            let address = targets[0].grpc_address.clone();
+            let request = v1::CaptureRequest {
+                session_id: id.to_owned(),
+                isolate_ids: targets.iter().map(|t| t.isolate.clone()).collect(),
+                kind: to_proto(spec.kind) as i32,
+                duration_ms: spec.duration.as_millis() as u32,
+                interval_us: 0,
+            };
+            let max_bytes = limits
+                .max_profile_bytes
+                .saturating_mul(targets.len())
+                .saturating_add(ANSWER_SLACK_BYTES)
+                .min(limits.max_capture_bytes);
+            let secret = self.settings.agent_secret.clone();
+            let task = calls.spawn(async move {
+                let call = agent::call_agent(&address, request, deadline, &secret, max_bytes);
+                tokio::time::timeout(deadline, call)
+                    .await
+                    .unwrap_or_else(|_| Err(agent::timed_out(deadline)))
+            });
+            machine_of.insert(task.id(), (*machine).to_owned());
+        }
+        let mut answers = Vec::with_capacity(by_machine.len());
         let mut held = 0usize;
         let mut failures = Vec::new();
-        while let Some((machine, mut result)) = calls.next().await {
+        let mut written = tokio::time::Instant::now();
+        while let Some(joined) = calls.join_next_with_id().await {
+            let (task, mut result) = match joined {
+                Ok((task, result)) => (task, result),
+                Err(e) => (e.id(), Err(format!("the call to the agent failed: {e}"))),
+            };
+            let machine = machine_of.remove(&task).unwrap_or_default();
             if let Ok(resp) = &result {
                 let size = merge::answer_bytes(resp);
                 if held.saturating_add(size) > limits.max_capture_bytes {
@@ -299,10 +311,13 @@ impl Captures {
                 });
             }
             answers.push((machine, result));
-            let json = serde_json::to_string(&failures).unwrap_or_else(|_| "[]".into());
-            self.store
-                .set_session_progress(id, answers.len() as i64, &json)
-                .await?;
+            if calls.is_empty() || written.elapsed() >= PROGRESS_EVERY {
+                let json = serde_json::to_string(&failures).unwrap_or_else(|_| "[]".into());
+                self.store
+                    .set_session_progress(id, answers.len() as i64, &json)
+                    .await?;
+                written = tokio::time::Instant::now();
+            }
         }
         Ok(answers)
     }

@@ -158,8 +158,23 @@ impl Store {
                 })?;
             }
         }
+        let sqlite = backend == Backend::Sqlite;
         let pool = AnyPoolOptions::new()
-            .max_connections(if backend == Backend::Sqlite { 4 } else { 8 })
+            .max_connections(if sqlite { 4 } else { 8 })
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        // With WAL, commits no longer wait for an fsync each
+                        // (the WAL is synced at checkpoints): the database
+                        // stays consistent through a crash, and a power cut
+                        // can lose the last commits only.
+                        sqlx::query("PRAGMA synchronous=NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect(&url)
             .await

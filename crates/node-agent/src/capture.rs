@@ -140,10 +140,18 @@ impl NodeAgent for CaptureService {
         tokio::time::sleep(duration).await;
 
         let started = std::mem::take(&mut active.started);
+        // Stopping flips each isolate, and encoding gzips its profile: both
+        // off the async workers, which keep serving traffic meanwhile.
         let stopped = tokio::task::spawn_blocking(move || {
             started
                 .into_iter()
-                .map(|(slot, handle)| (slot, handle.stop()))
+                .map(|(slot, handle)| {
+                    let stopped = handle.stop().map(|r| {
+                        let pprof = edgeprof_pprof::encode(&r.profile);
+                        (r, pprof)
+                    });
+                    (slot, stopped)
+                })
                 .collect::<Vec<_>>()
         })
         .await
@@ -157,11 +165,11 @@ impl NodeAgent for CaptureService {
                 ..Default::default()
             };
             match result {
-                Ok(r) => {
+                Ok((r, pprof)) => {
                     capture.samples = r.samples;
                     capture.dropped = r.dropped;
                     capture.requests = Some(r.requests);
-                    capture.pprof = edgeprof_pprof::encode(&r.profile);
+                    capture.pprof = pprof;
                 }
                 Err(e) => capture.error = format!("profiling failed: {e}"),
             }

@@ -24,7 +24,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{cargo, root, run as sh};
+use crate::util::{build_release, edgeprof_output, root, run as sh};
 
 const SECRET: &str = "edgeprof-bench-agent-secret";
 const TOKEN: &str = "edgeprof-dev-bench-capture";
@@ -88,16 +88,7 @@ fn parse(args: &[String], usage: &str) -> Result<Options, String> {
 
 pub fn run(args: &[String], usage: &str) -> Result<(), String> {
     let o = parse(args, usage)?;
-    sh(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "edgeprof-control-plane",
-        "-p",
-        "edgeprof-node-agent",
-        "-p",
-        "edgeprof-cli",
-    ]))?;
+    build_release(&[])?;
     let bin = super::release_dir();
     let state = root().join("target/bench-capture");
     let mut rows = Vec::new();
@@ -117,18 +108,19 @@ pub fn run(args: &[String], usage: &str) -> Result<(), String> {
         o.rate
     );
     println!(
-        "  {:>8}  {:>8}  {:>13}  {:>8}  {:>14}  {:>12}",
-        "machines", "wall s", "wall - dur s", "covered", "cp cpu s", "cp peak MiB"
+        "  {:>8}  {:>8}  {:>13}  {:>8}  {:>14}  {:>12}  {:>11}",
+        "machines", "wall s", "wall - dur s", "covered", "cp cpu s", "cp peak MiB", "edge cpu s"
     );
     for r in &rows {
         println!(
-            "  {:>8}  {:>8.3}  {:>13.3}  {:>8}  {:>14.2}  {:>12.1}",
+            "  {:>8}  {:>8.3}  {:>13.3}  {:>8}  {:>14.2}  {:>12.1}  {:>11.2}",
             r.machines,
             r.wall.as_secs_f64(),
             r.wall.as_secs_f64() - o.duration.as_secs_f64(),
             r.covered,
             r.cpu_secs,
-            r.peak_rss_kib as f64 / 1024.0
+            r.peak_rss_kib as f64 / 1024.0,
+            r.edge_cpu_secs
         );
     }
     Ok(())
@@ -140,6 +132,9 @@ struct Row {
     covered: usize,
     cpu_secs: f64,
     peak_rss_kib: u64,
+    /// CPU of the simulated edge's process over the capture (every
+    /// machine's sampling, answers and heartbeats, and the traffic).
+    edge_cpu_secs: f64,
 }
 
 /// Child processes, killed and reaped when dropped.
@@ -284,7 +279,8 @@ fn one(bin: &Path, dir: &Path, n: usize, o: &Options) -> Result<Row, String> {
         },
     )?;
 
-    let before = cpu_ticks(cp_pid)?;
+    let edge_pid = children.0[1].id();
+    let (before, edge_before) = (cpu_ticks(cp_pid)?, cpu_ticks(edge_pid)?);
     let body = format!("{{\"duration_ms\": {}}}", o.duration.as_millis());
     let t0 = Instant::now();
     let (status, pprof) = request(
@@ -294,7 +290,7 @@ fn one(bin: &Path, dir: &Path, n: usize, o: &Options) -> Result<Row, String> {
         Some(&body),
     )?;
     let wall = t0.elapsed();
-    let after = cpu_ticks(cp_pid)?;
+    let (after, edge_after) = (cpu_ticks(cp_pid)?, cpu_ticks(edge_pid)?);
     if status != 200 {
         return Err(format!(
             "the capture answered {status}: {}",
@@ -309,6 +305,7 @@ fn one(bin: &Path, dir: &Path, n: usize, o: &Options) -> Result<Row, String> {
         wall,
         covered,
         cpu_secs: (after - before) as f64 / clock_ticks_per_sec() as f64,
+        edge_cpu_secs: (edge_after - edge_before) as f64 / clock_ticks_per_sec() as f64,
         peak_rss_kib: peak_rss_kib(cp_pid)?,
     })
 }
@@ -338,19 +335,7 @@ fn distinct_machines(json: &str) -> usize {
 
 /// How many values the `machine` label has in `file` (`edgeprof tags`).
 fn machine_labels(bin: &Path, file: &Path) -> Result<usize, String> {
-    let out = Command::new(bin.join("edgeprof"))
-        .arg("tags")
-        .arg(file)
-        .output()
-        .map_err(|e| format!("cannot run edgeprof tags: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "edgeprof tags {}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = edgeprof_output(&bin.join("edgeprof"), &["tags"], file)?;
     Ok(text
         .lines()
         .skip_while(|l| !l.starts_with("machine:"))

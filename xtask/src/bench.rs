@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::{cargo, ensure_apt, root, run as sh};
+use crate::util::{cargo, edgeprof_output, ensure_apt, root, run as sh};
 
 mod capture;
 
@@ -198,19 +198,7 @@ fn median(times: &mut [Duration]) -> Duration {
 
 /// The `total` of `edgeprof top --json` on `file`.
 fn total(edgeprof: &Path, file: &Path) -> Result<i64, String> {
-    let out = Command::new(edgeprof)
-        .args(["top", "--json", "-n", "1"])
-        .arg(file)
-        .output()
-        .map_err(|e| format!("cannot start edgeprof: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "edgeprof top {}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = edgeprof_output(edgeprof, &["top", "--json", "-n", "1"], file)?;
     text.split("\"total\":")
         .nth(1)
         .and_then(|rest| {

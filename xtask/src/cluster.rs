@@ -7,7 +7,7 @@
 
 use std::process::Command;
 
-use crate::util::{cargo, root, run};
+use crate::util::{build_release, root, run};
 
 pub fn run_cluster(args: &[String]) -> Result<(), String> {
     eprintln!("xtask cluster: building the example workers…");
@@ -17,18 +17,7 @@ pub fn run_cluster(args: &[String]) -> Result<(), String> {
     eprintln!(
         "xtask cluster: building the control plane, node agent, CLI and cluster runner (release)…"
     );
-    run(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "edgeprof-control-plane",
-        "-p",
-        "edgeprof-node-agent",
-        "-p",
-        "edgeprof-cli",
-        "-p",
-        "edgeprof-e2e",
-    ]))?;
+    build_release(&["edgeprof-e2e"])?;
     let bin = root().join("target/release/edgeprof-cluster");
     run(Command::new(bin)
         .current_dir(root())

@@ -31,6 +31,43 @@ pub fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// The edge's binaries every local run needs (control plane, node agent,
+/// CLI), and `extra` packages, built in release.
+pub fn build_release(extra: &[&str]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["build", "--release"]);
+    for package in [
+        "edgeprof-control-plane",
+        "edgeprof-node-agent",
+        "edgeprof-cli",
+    ]
+    .iter()
+    .chain(extra)
+    {
+        cmd.args(["-p", package]);
+    }
+    run(&mut cmd)
+}
+
+/// The standard output of `edgeprof ARGS FILE`; an error carries its
+/// standard error.
+pub fn edgeprof_output(edgeprof: &Path, args: &[&str], file: &Path) -> Result<String, String> {
+    let out = Command::new(edgeprof)
+        .args(args)
+        .arg(file)
+        .output()
+        .map_err(|e| format!("cannot run edgeprof {}: {e}", args.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "edgeprof {} {}: {}",
+            args.join(" "),
+            file.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Whether `program` can be found on `PATH`.
 pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")

@@ -182,11 +182,7 @@ pub struct Diff {
 impl Diff {
     /// `value` as a percentage of [`Diff::total`].
     pub fn percent(&self, value: i64) -> f64 {
-        if self.total == 0 {
-            0.0
-        } else {
-            value as f64 * 100.0 / self.total as f64
-        }
+        crate::tree::percent_of(value, self.total)
     }
 }
 

@@ -37,11 +37,7 @@ pub struct Sandwich {
 impl Sandwich {
     /// `value` as a percentage of the whole profile (0 when it is empty).
     pub fn percent(&self, value: i64) -> f64 {
-        if self.profile_total == 0 {
-            0.0
-        } else {
-            value as f64 * 100.0 / self.profile_total as f64
-        }
+        crate::tree::percent_of(value, self.profile_total)
     }
 }
 

@@ -409,12 +409,7 @@ impl CallTree {
 
     /// `value` as a percentage of the whole profile (0 when it is empty).
     pub fn percent(&self, value: i64) -> f64 {
-        let total = self.total();
-        if total == 0 {
-            0.0
-        } else {
-            value as f64 * 100.0 / total as f64
-        }
+        percent_of(value, self.total())
     }
 
     /// `value` in the profile's unit, readable (`1.50s`, `3.20MB`).
@@ -535,5 +530,14 @@ impl<'a> Lookup<'a> {
                 }
             })
             .collect()
+    }
+}
+
+/// `value` as a percentage of `total` (0 when `total` is 0).
+pub(crate) fn percent_of(value: i64, total: i64) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        value as f64 * 100.0 / total as f64
     }
 }

@@ -38,11 +38,8 @@ fn a_capture_covers_every_simulated_machine() {
         "the control plane and one agent process"
     );
 
-    // The CLI uploads binary modules only.
-    let wasm = state_dir("simulated").join("tiny.wasm");
-    let text = std::fs::read_to_string(&wat).unwrap();
-    std::fs::write(&wasm, wat::parse_str(&text).expect("tiny.wat parses")).unwrap();
-    cluster.deploy("tiny", &wasm, 100).unwrap();
+    // The CLI compiles the text format itself.
+    cluster.deploy("tiny", &wat, 100).unwrap();
     cluster
         .wait_serving_everywhere(&["tiny"], Duration::from_secs(30))
         .unwrap();

@@ -17,6 +17,9 @@ use crate::labels::{LabelFocus, LabelKey, label_shares};
 #[derive(Debug, Default)]
 pub(super) struct LabelPicker {
     keys: Vec<LabelKey>,
+    /// Sum of |value| of the whole profile in the picker's sample type,
+    /// counted once when it opens.
+    total: i64,
     selected: usize,
     offset: usize,
 }
@@ -55,6 +58,7 @@ impl App {
                 let selected = self.labels.selected.min(keys.len().saturating_sub(1));
                 self.labels = LabelPicker {
                     keys,
+                    total: self.profile_total(),
                     selected,
                     offset: 0,
                 };
@@ -166,7 +170,7 @@ impl App {
         if visible > 0 && selected >= offset + visible {
             offset = selected + 1 - visible;
         }
-        let total = self.profile_total();
+        let total = self.labels.total;
         for (i, row) in rows.iter().enumerate().skip(offset).take(visible) {
             let y = area.y + 1 + (i - offset) as u16;
             let (text, mut style) = match *row {

@@ -281,7 +281,24 @@ impl Captures {
         let mut held = 0usize;
         let mut failures = Vec::new();
         let mut written = tokio::time::Instant::now();
-        while let Some(joined) = calls.join_next_with_id().await {
+        let mut unwritten = false;
+        loop {
+            let next = calls.join_next_with_id();
+            let joined = if unwritten {
+                // An answer is not recorded yet: record it when its turn
+                // comes even if no other answer arrives by then.
+                match tokio::time::timeout_at(written + PROGRESS_EVERY, next).await {
+                    Ok(joined) => joined,
+                    Err(_) => {
+                        self.write_progress(id, answers.len(), &failures).await?;
+                        (written, unwritten) = (tokio::time::Instant::now(), false);
+                        continue;
+                    }
+                }
+            } else {
+                next.await
+            };
+            let Some(joined) = joined else { break };
             let (task, mut result) = match joined {
                 Ok((task, result)) => (task, result),
                 Err(e) => (e.id(), Err(format!("the call to the agent failed: {e}"))),
@@ -312,14 +329,25 @@ impl Captures {
             }
             answers.push((machine, result));
             if calls.is_empty() || written.elapsed() >= PROGRESS_EVERY {
-                let json = serde_json::to_string(&failures).unwrap_or_else(|_| "[]".into());
-                self.store
-                    .set_session_progress(id, answers.len() as i64, &json)
-                    .await?;
-                written = tokio::time::Instant::now();
+                self.write_progress(id, answers.len(), &failures).await?;
+                (written, unwritten) = (tokio::time::Instant::now(), false);
+            } else {
+                unwritten = true;
             }
         }
         Ok(answers)
+    }
+
+    async fn write_progress(
+        &self,
+        id: &str,
+        answered: usize,
+        failures: &[edgeprof_proto::rest::Failure],
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(failures).unwrap_or_else(|_| "[]".into());
+        self.store
+            .set_session_progress(id, answered as i64, &json)
+            .await
     }
 
     async fn run(&self, id: &str, spec: CaptureSpec) -> Result<(), StoreError> {

@@ -239,7 +239,8 @@ impl Captures {
     /// Each call runs as its own task, so a slow database write of the
     /// progress never holds a call back (the database also takes every
     /// agent's heartbeat); progress is written at most every
-    /// [`PROGRESS_EVERY`] and once when the last machine has answered.
+    /// [`PROGRESS_EVERY`] while answers come in, and once when the last
+    /// machine has answered.
     async fn collect(
         &self,
         id: &str,
@@ -280,18 +281,18 @@ impl Captures {
         let mut answers = Vec::with_capacity(by_machine.len());
         let mut held = 0usize;
         let mut failures = Vec::new();
-        let mut written = tokio::time::Instant::now();
-        let mut unwritten = false;
+        // Progress written: when, and how many answers it counted.
+        let (mut written_at, mut written) = (tokio::time::Instant::now(), 0);
         loop {
             let next = calls.join_next_with_id();
-            let joined = if unwritten {
-                // An answer is not recorded yet: record it when its turn
-                // comes even if no other answer arrives by then.
-                match tokio::time::timeout_at(written + PROGRESS_EVERY, next).await {
+            let joined = if answers.len() > written {
+                // Answers not recorded yet: record them when their turn comes
+                // even if no other answer arrives by then.
+                match tokio::time::timeout_at(written_at + PROGRESS_EVERY, next).await {
                     Ok(joined) => joined,
                     Err(_) => {
                         self.write_progress(id, answers.len(), &failures).await?;
-                        (written, unwritten) = (tokio::time::Instant::now(), false);
+                        (written_at, written) = (tokio::time::Instant::now(), answers.len());
                         continue;
                     }
                 }
@@ -328,12 +329,9 @@ impl Captures {
                 });
             }
             answers.push((machine, result));
-            if calls.is_empty() || written.elapsed() >= PROGRESS_EVERY {
-                self.write_progress(id, answers.len(), &failures).await?;
-                (written, unwritten) = (tokio::time::Instant::now(), false);
-            } else {
-                unwritten = true;
-            }
+        }
+        if answers.len() > written {
+            self.write_progress(id, answers.len(), &failures).await?;
         }
         Ok(answers)
     }

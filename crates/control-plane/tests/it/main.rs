@@ -13,6 +13,7 @@ mod lifecycle;
 mod memory;
 mod placement;
 mod process;
+mod progress;
 mod pyroscope;
 mod replicas;
 mod storage;

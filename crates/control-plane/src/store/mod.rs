@@ -284,3 +284,32 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pooled SQLite connection runs in WAL mode with
+    /// `synchronous=NORMAL` (1): a heartbeat's commit waits for no fsync.
+    #[tokio::test]
+    async fn every_sqlite_connection_skips_the_fsync_per_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edgeprof.sqlite");
+        let store = Store::open(path.to_str().unwrap()).await.unwrap();
+        // Hold connections so that the pool opens more than one.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let mut conn = store.pool.acquire().await.unwrap();
+            let sync: (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            let journal: (String,) = sqlx::query_as("PRAGMA journal_mode")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert_eq!((sync.0, journal.0.as_str()), (1, "wal"));
+            held.push(conn);
+        }
+    }
+}
